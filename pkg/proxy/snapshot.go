@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Snapshot is the node-local desired state at one moment. It is immutable:
+// the cache never modifies a published Snapshot or anything reachable from it.
+type Snapshot struct {
+	// Generation increases with every Snapshot that differs from the previous one.
+	Generation uint64
+	Node       Node
+	IPv4       *FamilyView
+	IPv6       *FamilyView
+}
+
+// Family returns the view for one IP family (never nil for IPv4 or IPv6).
+func (s *Snapshot) Family(f v1.IPFamily) *FamilyView {
+	if f == v1.IPv6Protocol {
+		return s.IPv6
+	}
+	return s.IPv4
+}
+
+// FamilyView holds the service ports that have a ClusterIP of one family,
+// with only that family's addresses and endpoints.
+type FamilyView struct {
+	Family v1.IPFamily
+	// Ports maps each service port to its desired state.
+	Ports map[ServicePortName]*ServicePort
+	// sorted holds Ports in ServicePortName order.
+	sorted []*ServicePort
+}
+
+// NewFamilyView builds a view from its ports. The map must not be modified afterwards.
+func NewFamilyView(f v1.IPFamily, ports map[ServicePortName]*ServicePort) *FamilyView {
+	sorted := make([]*ServicePort, 0, len(ports))
+	for _, p := range ports {
+		sorted = append(sorted, p)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name.Less(sorted[j].Name) })
+	return &FamilyView{Family: f, Ports: ports, sorted: sorted}
+}
+
+// Sorted returns the ports in ServicePortName order. The slice is shared: do not modify it.
+func (v *FamilyView) Sorted() []*ServicePort { return v.sorted }
+
+// Len returns the number of service ports.
+func (v *FamilyView) Len() int { return len(v.Ports) }
+
+// Changes tells a backend what changed since its last successful sync.
+type Changes struct {
+	// Full asks the backend to rewrite everything it owns: set on the first
+	// sync, after a failed sync, and periodically by the runner.
+	Full bool
+	// Ports holds every service port added, changed or removed (in any family).
+	Ports map[ServicePortName]struct{}
+	// Node is true when the node's facts changed.
+	Node bool
+	// TriggerTimes are the endpoints.kubernetes.io/last-change-trigger-time
+	// values of the EndpointSlice changes included, for the network
+	// programming latency metric.
+	TriggerTimes []time.Time
+	// ServiceEvents and EndpointEvents count the object events coalesced into
+	// these changes.
+	ServiceEvents, EndpointEvents int
+}
+
+// Changed reports whether a service port is in the change set (always true
+// for a full sync).
+func (c Changes) Changed(name ServicePortName) bool {
+	if c.Full {
+		return true
+	}
+	_, ok := c.Ports[name]
+	return ok
+}
+
+// Empty reports whether nothing changed and no full sync is asked.
+func (c Changes) Empty() bool { return !c.Full && !c.Node && len(c.Ports) == 0 }
+
+// Backend programs a node's packet path from snapshots.
+//
+// Sync makes the platform match snap. It may rewrite only what ch says changed
+// unless ch.Full is set. On error the caller retries later with ch.Full set;
+// a backend must keep programming everything it can past one bad item and
+// return the joined errors.
+type Backend interface {
+	Sync(ctx context.Context, snap *Snapshot, ch Changes) error
+}
+
+// DryRunner renders, without side effects, what a backend would program for snap.
+type DryRunner interface {
+	DryRun(w io.Writer, snap *Snapshot) error
+}

@@ -1,0 +1,23 @@
+// Package source delivers Service, EndpointSlice and Node objects to a Handler,
+// from the API server (client-go shared informers) or from a manifest
+// directory (a cache.ListerWatcher over YAML/JSON files). Both feed the same
+// informer machinery, so the manifest mode exercises the real path.
+package source
+
+import (
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// Handler receives object changes. In each method old is nil for an add and
+// cur is nil for a delete. Calls for one kind are serialized; calls for
+// different kinds may run concurrently. A Handler must not modify the objects.
+type Handler interface {
+	OnService(old, cur *v1.Service)
+	OnEndpointSlice(old, cur *discovery.EndpointSlice)
+	OnNode(old, cur *v1.Node)
+	// OnSynced is called once, when the initial lists of Services and
+	// EndpointSlices have both been delivered. Nothing should be programmed
+	// before it.
+	OnSynced()
+}
