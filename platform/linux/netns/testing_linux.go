@@ -1,0 +1,83 @@
+package netns
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Tools every kernel test needs; Require adds its own.
+var baseTools = []string{"ip"}
+
+// Require skips the test unless it can build namespaces: root, and the tools
+// named (plus "ip") in PATH. Under CI=true a missing privilege or tool fails
+// the test instead, so CI never passes by skipping.
+func Require(t testing.TB, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "kernel test needs root to create network namespaces (run: sudo go test ..., or make test-kernel as root)")
+	}
+	var missing []string
+	for _, tool := range append(append([]string{}, baseTools...), tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if len(missing) > 0 {
+		skipOrFail(t, "kernel test needs "+strings.Join(missing, ", ")+
+			" in PATH (Debian/Ubuntu: apt-get install iproute2 iptables conntrack)")
+	}
+}
+
+func skipOrFail(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// New builds a Cluster for a test (after Require) and removes it when the
+// test ends, whatever the outcome. On failure it logs the output of every
+// process it started.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	Require(t)
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Setup(ctx, opts)
+	if err != nil {
+		t.Fatalf("netns setup: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.mu.Lock()
+			procs := append([]*Process(nil), c.procs...)
+			c.mu.Unlock()
+			for _, p := range procs {
+				if out := p.Output(); out != "" {
+					t.Logf("output of %s (netns %s):\n%s", p.Name, p.NS.Name, tail(out, 80))
+				}
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("netns cleanup: %v", err)
+		}
+	})
+	return c
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{"..."}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
