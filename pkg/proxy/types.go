@@ -119,11 +119,13 @@ type ServicePort struct {
 	// derives from it, like upstream kube-proxy.
 	TrafficDistribution string
 
-	// ClusterEndpoints are the endpoints for cluster-scoped traffic (nil when
-	// the port never uses cluster-scoped traffic). Sorted by address.
+	// ClusterEndpoints are the endpoints for cluster-scoped traffic, sorted by
+	// address; nil when there are none and always when the port never uses
+	// cluster-scoped traffic (see UsesClusterEndpoints).
 	ClusterEndpoints []Endpoint
-	// LocalEndpoints are the endpoints for node-local traffic (nil when the
-	// port never uses node-local traffic). Sorted by address.
+	// LocalEndpoints are the endpoints on this node for node-local traffic,
+	// sorted by address; nil when there are none and always when the port
+	// never uses node-local traffic (see UsesLocalEndpoints).
 	LocalEndpoints []Endpoint
 	// HasAnyEndpoints reports whether a usable endpoint exists anywhere in the
 	// cluster. It tells "no endpoints at all" (reject) from "none on this node"

@@ -1,0 +1,101 @@
+package cache
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// cluster makes n Services with one TCP port and e endpoints each, spread over 100 nodes.
+func cluster(n, e int) ([]*v1.Service, []*discovery.EndpointSlice) {
+	svcs := make([]*v1.Service, 0, n)
+	sls := make([]*discovery.EndpointSlice, 0, n)
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("svc-%d", i)
+		svcs = append(svcs, svc("ns/"+name, []string{fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)}, []string{"http:80"}))
+		var eps []ep
+		for j := 0; j < e; j++ {
+			k := i*e + j
+			eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d@node%d", 1+k/65000, (k/250)%256, k%250+1, k%100)))
+		}
+		sls = append(sls, slice("ns/"+name+"-abc", name, discovery.AddressTypeIPv4, []string{"http:8080"}, eps...))
+	}
+	return svcs, sls
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkHeld10kServices reports the heap the cache holds (parsed objects and
+// the published snapshot) for 10,000 Services × 10 endpoints.
+func BenchmarkHeld10kServices(b *testing.B) {
+	svcs, sls := cluster(10000, 10)
+	b.ResetTimer()
+	var held uint64
+	for i := 0; i < b.N; i++ {
+		before := heapInUse()
+		c := New(Options{NodeName: "node1", Logger: ptr(discardLogger())})
+		for _, s := range svcs {
+			c.OnService(nil, s)
+		}
+		for _, s := range sls {
+			c.OnEndpointSlice(nil, s)
+		}
+		snap, _ := c.Snapshot()
+		c.Ack(snap)
+		held = heapInUse() - before
+		runtime.KeepAlive(c)
+	}
+	b.ReportMetric(float64(held)/(1<<20), "MiB-held")
+}
+
+// BenchmarkFullSnapshot measures computing the whole desired state from scratch.
+func BenchmarkFullSnapshot(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			svcs, sls := cluster(n, 10)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				Build("node1", nil, svcs, sls)
+			}
+		})
+	}
+}
+
+// BenchmarkOneEndpointChange measures the cost of a snapshot after one
+// EndpointSlice change in a large cluster: only one Service is recomputed.
+func BenchmarkOneEndpointChange(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			svcs, sls := cluster(n, 10)
+			c := New(Options{NodeName: "node1", Logger: ptr(discardLogger())})
+			for _, s := range svcs {
+				c.OnService(nil, s)
+			}
+			for _, s := range sls {
+				c.OnEndpointSlice(nil, s)
+			}
+			snap, _ := c.Snapshot()
+			c.Ack(snap)
+			old := sls[n/2]
+			alt := old.DeepCopy()
+			alt.Endpoints = alt.Endpoints[1:]
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c.OnEndpointSlice(old, alt)
+				snap, _ := c.Snapshot()
+				c.Ack(snap)
+				old, alt = alt, old
+			}
+		})
+	}
+}

@@ -1,0 +1,398 @@
+// Package cache turns Service, EndpointSlice and Node events into the
+// node-local desired state that every backend renders: for each service port,
+// its frontends and the endpoints selected for cluster-scoped and node-local
+// traffic (readiness, terminating fallback, traffic policies, topology).
+//
+// Events are cheap: they parse the object into a compact form, keep it, and
+// mark the Service dirty. The work happens lazily in Snapshot, once per sync,
+// and only for dirty Services (or all of them when the node's topology labels
+// change). A service port whose result did not change keeps its pointer, so
+// backends can tell unchanged ports by identity.
+package cache
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// Options configure a Cache.
+type Options struct {
+	// NodeName is this node's name: endpoints on it are local, and only the
+	// Node object of that name is read.
+	NodeName string
+	// Notify is called after every event that may change the desired state.
+	// It must not block.
+	Notify func()
+	// Logger receives one warning per bad field of an object change.
+	// Defaults to klog's global logger.
+	Logger *klog.Logger
+}
+
+// Cache is the shared, node-local desired state. It is safe for concurrent use.
+type Cache struct {
+	nodeName string
+	notify   func()
+	log      klog.Logger
+
+	mu       sync.Mutex
+	synced   bool
+	syncedCh chan struct{}
+	services map[types.NamespacedName]*svcInfo
+	// slices by Service, then by slice name.
+	slices map[types.NamespacedName]map[string]*sliceInfo
+	node   proxy.Node
+	// dirty Services to recompute at the next Snapshot.
+	dirty map[types.NamespacedName]struct{}
+	// allDirty asks for every Service to be recomputed (topology change).
+	allDirty  bool
+	nodeDirty bool
+
+	// ports holds the published desired state per family; shared with the
+	// last Snapshot until the next change copies it.
+	ports  [2]map[proxy.ServicePortName]*proxy.ServicePort
+	shared bool
+	// portNames lists the ports each Service contributed, to remove them.
+	portNames map[types.NamespacedName][]proxy.ServicePortName
+	last      *proxy.Snapshot
+	gen       uint64
+
+	// Not yet acknowledged changes, each tagged with the generation of the
+	// first Snapshot that included it.
+	changed     map[proxy.ServicePortName]uint64
+	nodeChanged uint64
+	open        batch   // events since the last Snapshot
+	pending     []batch // closed batches not yet acknowledged
+}
+
+// batch accumulates event bookkeeping between two snapshots.
+type batch struct {
+	gen            uint64
+	triggers       []time.Time
+	svcEvents      int
+	endpointEvents int
+}
+
+// New returns an empty Cache.
+func New(opts Options) *Cache {
+	c := &Cache{
+		nodeName:  opts.NodeName,
+		notify:    opts.Notify,
+		log:       klog.Background(),
+		syncedCh:  make(chan struct{}),
+		services:  map[types.NamespacedName]*svcInfo{},
+		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
+		dirty:     map[types.NamespacedName]struct{}{},
+		ports:     [2]map[proxy.ServicePortName]*proxy.ServicePort{{}, {}},
+		portNames: map[types.NamespacedName][]proxy.ServicePortName{},
+		changed:   map[proxy.ServicePortName]uint64{},
+		node:      proxy.Node{Name: opts.NodeName},
+	}
+	if opts.Logger != nil {
+		c.log = *opts.Logger
+	}
+	return c
+}
+
+func (c *Cache) warn(problems []Problem) {
+	for _, p := range problems {
+		c.log.Info("Ignoring bad input", "kind", p.Kind, "object", p.Object.String(), "field", p.Field, "reason", p.Reason)
+	}
+}
+
+func (c *Cache) kick() {
+	if c.notify != nil {
+		c.notify()
+	}
+}
+
+// OnService records a Service add (old nil), update or delete (cur nil).
+func (c *Cache) OnService(old, cur *v1.Service) {
+	var info *svcInfo
+	var name types.NamespacedName
+	if cur != nil {
+		var problems []Problem
+		info, problems = parseService(cur)
+		c.warn(problems)
+		name = types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+	} else if old != nil {
+		name = types.NamespacedName{Namespace: old.Namespace, Name: old.Name}
+	} else {
+		return
+	}
+	c.mu.Lock()
+	if info == nil {
+		delete(c.services, name)
+	} else {
+		c.services[name] = info
+	}
+	c.dirty[name] = struct{}{}
+	c.open.svcEvents++
+	c.mu.Unlock()
+	c.kick()
+}
+
+// OnEndpointSlice records an EndpointSlice add (old nil), update or delete (cur nil).
+func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
+	c.mu.Lock()
+	touched := map[types.NamespacedName]struct{}{}
+	if old != nil {
+		// Forget the old version wherever it was filed (its Service label may have changed).
+		if svc := old.Labels[discovery.LabelServiceName]; svc != "" {
+			key := types.NamespacedName{Namespace: old.Namespace, Name: svc}
+			if m := c.slices[key]; m != nil {
+				if _, ok := m[old.Name]; ok {
+					delete(m, old.Name)
+					if len(m) == 0 {
+						delete(c.slices, key)
+					}
+					touched[key] = struct{}{}
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+
+	var info *sliceInfo
+	if cur != nil {
+		var problems []Problem
+		info, problems = parseSlice(cur)
+		c.warn(problems)
+	}
+
+	c.mu.Lock()
+	if info != nil {
+		m := c.slices[info.service]
+		if m == nil {
+			m = map[string]*sliceInfo{}
+			c.slices[info.service] = m
+		}
+		m[info.name] = info
+		touched[info.service] = struct{}{}
+		if !info.trigger.IsZero() {
+			c.open.triggers = append(c.open.triggers, info.trigger)
+		}
+	}
+	for k := range touched {
+		c.dirty[k] = struct{}{}
+	}
+	c.open.endpointEvents++
+	c.mu.Unlock()
+	c.kick()
+}
+
+// OnNode records a change of this node's Node object. Objects of other nodes
+// are ignored. A change of topology labels re-evaluates every Service.
+func (c *Cache) OnNode(old, cur *v1.Node) {
+	n := proxy.Node{Name: c.nodeName}
+	if cur != nil {
+		if cur.Name != c.nodeName {
+			return
+		}
+		var problems []Problem
+		n, problems = parseNode(cur)
+		c.warn(problems)
+	} else if old == nil || old.Name != c.nodeName {
+		return
+	}
+	c.mu.Lock()
+	changed := !nodesEqual(c.node, n)
+	if topologyChanged(c.node, n) {
+		c.allDirty = true
+	}
+	c.node = n
+	if changed {
+		c.nodeDirty = true
+	}
+	c.mu.Unlock()
+	if changed {
+		c.kick()
+	}
+}
+
+// OnSynced marks the initial lists as delivered.
+func (c *Cache) OnSynced() {
+	c.mu.Lock()
+	if !c.synced {
+		c.synced = true
+		close(c.syncedCh)
+	}
+	c.mu.Unlock()
+	c.kick()
+}
+
+// Synced returns a channel closed once OnSynced has been called.
+func (c *Cache) Synced() <-chan struct{} { return c.syncedCh }
+
+// Snapshot returns the current desired state and what changed since the last
+// Ack. The Snapshot is immutable and safe to read while the cache moves on.
+func (c *Cache) Snapshot() (*proxy.Snapshot, proxy.Changes) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	next := c.gen + 1
+	anyChange := c.recomputeLocked(next)
+	if c.nodeDirty {
+		c.nodeDirty = false
+		c.nodeChanged = next
+		anyChange = true
+	}
+	if anyChange || c.last == nil {
+		c.gen = next
+		c.last = &proxy.Snapshot{
+			Generation: c.gen,
+			Node:       c.node,
+			IPv4:       proxy.NewFamilyView(v1.IPv4Protocol, c.ports[0]),
+			IPv6:       proxy.NewFamilyView(v1.IPv6Protocol, c.ports[1]),
+		}
+		c.shared = true
+	}
+	if c.open.svcEvents+c.open.endpointEvents > 0 {
+		c.open.gen = c.last.Generation
+		c.pending = append(c.pending, c.open)
+		c.open = batch{}
+	}
+
+	ch := proxy.Changes{Ports: make(map[proxy.ServicePortName]struct{}, len(c.changed)), Node: c.nodeChanged != 0}
+	for name := range c.changed {
+		ch.Ports[name] = struct{}{}
+	}
+	for _, b := range c.pending {
+		ch.TriggerTimes = append(ch.TriggerTimes, b.triggers...)
+		ch.ServiceEvents += b.svcEvents
+		ch.EndpointEvents += b.endpointEvents
+	}
+	return c.last, ch
+}
+
+// recomputeLocked recomputes dirty Services and publishes the ports that
+// changed, tagging them with generation gen. It reports whether any did.
+func (c *Cache) recomputeLocked(gen uint64) bool {
+	if c.allDirty {
+		c.allDirty = false
+		for name := range c.services {
+			c.dirty[name] = struct{}{}
+		}
+	}
+	if len(c.dirty) == 0 {
+		return false
+	}
+	any := false
+	for name := range c.dirty {
+		var fresh [2][]*proxy.ServicePort
+		if svc := c.services[name]; svc != nil {
+			sl := sortedSlices(c.slices[name])
+			for fam := range fresh {
+				fresh[fam] = servicePorts(svc, sl, fam, &c.node)
+			}
+		}
+		if c.applyLocked(name, fresh, gen) {
+			any = true
+		}
+	}
+	clear(c.dirty)
+	return any
+}
+
+// applyLocked replaces the ports of one Service, keeping unchanged pointers.
+func (c *Cache) applyLocked(name types.NamespacedName, fresh [2][]*proxy.ServicePort, gen uint64) bool {
+	changed := false
+	mark := func(n proxy.ServicePortName) {
+		if !changed && c.shared {
+			c.ports[0], c.ports[1] = maps.Clone(c.ports[0]), maps.Clone(c.ports[1])
+			c.shared = false
+		}
+		changed = true
+		if _, ok := c.changed[n]; !ok {
+			c.changed[n] = gen
+		}
+	}
+	var names []proxy.ServicePortName
+	type famName struct {
+		fam  int
+		name proxy.ServicePortName
+	}
+	seen := map[famName]bool{}
+	for fam, list := range fresh {
+		for _, sp := range list {
+			seen[famName{fam, sp.Name}] = true
+			if !slices.Contains(names, sp.Name) {
+				names = append(names, sp.Name)
+			}
+			if old, ok := c.ports[fam][sp.Name]; ok && equalPorts(old, sp) {
+				continue
+			}
+			mark(sp.Name)
+			c.ports[fam][sp.Name] = sp
+		}
+	}
+	for _, n := range c.portNames[name] {
+		for fam := range c.ports {
+			if _, ok := c.ports[fam][n]; ok && !seen[famName{fam, n}] {
+				mark(n)
+				delete(c.ports[fam], n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		delete(c.portNames, name)
+	} else {
+		c.portNames[name] = names
+	}
+	return changed
+}
+
+func sortedSlices(m map[string]*sliceInfo) []*sliceInfo {
+	out := make([]*sliceInfo, 0, len(m))
+	for _, s := range m {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *sliceInfo) int {
+		switch {
+		case a.name < b.name:
+			return -1
+		case a.name > b.name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Ack tells the cache that snap was programmed: changes included in it are
+// no longer reported.
+func (c *Cache) Ack(snap *proxy.Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := snap.Generation
+	for name, cg := range c.changed {
+		if cg <= g {
+			delete(c.changed, name)
+		}
+	}
+	if c.nodeChanged != 0 && c.nodeChanged <= g {
+		c.nodeChanged = 0
+	}
+	c.pending = slices.DeleteFunc(c.pending, func(b batch) bool { return b.gen <= g })
+}
+
+// Pending returns the number of Service and EndpointSlice events not yet
+// acknowledged (for the *_changes_pending metrics).
+func (c *Cache) Pending() (services, endpoints int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	services, endpoints = c.open.svcEvents, c.open.endpointEvents
+	for _, b := range c.pending {
+		services += b.svcEvents
+		endpoints += b.endpointEvents
+	}
+	return services, endpoints
+}
