@@ -1,0 +1,30 @@
+# kproxy — see README.md. Every target runs from a clean clone.
+GO        ?= go
+BIN       ?= bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/kproxy/kproxy/pkg/version.Version=$(VERSION)
+GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2
+
+.PHONY: build test test-unit lint fuzz clean
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy ./cmd/kproxy
+	GOOS=windows $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy.exe ./cmd/kproxy
+
+# test: everything CI runs. Later issues append their suites here.
+test: test-unit
+
+test-unit:
+	$(GO) test -race -count=1 ./...
+
+lint:
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt:"; echo "$$bad"; exit 1; fi
+	$(GO) vet ./...
+	GOOS=windows $(GO) vet ./...
+	$(GO) run $(GOLANGCI) run ./...
+
+fuzz:
+	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 30s
+
+clean:
+	rm -rf $(BIN) .build
