@@ -1,0 +1,136 @@
+package rules
+
+import (
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// ConntrackFilter selects stale flows to delete after a sync: flows of
+// Protocol to OrigDst (a Service frontend) whose reply source — the endpoint
+// the flow was DNATed to, or the frontend itself when it was never NATed — is
+// not one of Keep. Flows to live endpoints survive; flows black-holed to a
+// removed endpoint, or recorded without NAT while the Service had no
+// endpoints, are deleted so the next packet is load-balanced afresh.
+type ConntrackFilter struct {
+	Protocol v1.Protocol
+	OrigDst  netip.AddrPort
+	Keep     []netip.AddrPort
+}
+
+// Flow is the part of a conntrack entry the filters look at.
+type Flow struct {
+	Protocol v1.Protocol
+	OrigDst  netip.AddrPort
+	ReplySrc netip.AddrPort
+}
+
+type ctKey struct {
+	proto v1.Protocol
+	dst   netip.AddrPort
+}
+
+// ConntrackMatcher matches flows against a set of filters in constant time.
+type ConntrackMatcher struct {
+	keep map[ctKey]map[netip.AddrPort]bool
+}
+
+// NewConntrackMatcher indexes filters. Filters on the same frontend merge:
+// a flow survives when any of them keeps it.
+func NewConntrackMatcher(filters []ConntrackFilter) *ConntrackMatcher {
+	m := &ConntrackMatcher{keep: make(map[ctKey]map[netip.AddrPort]bool, len(filters))}
+	for _, f := range filters {
+		k := ctKey{f.Protocol, f.OrigDst}
+		set := m.keep[k]
+		if set == nil {
+			set = map[netip.AddrPort]bool{}
+			m.keep[k] = set
+		}
+		for _, a := range f.Keep {
+			set[a] = true
+		}
+	}
+	return m
+}
+
+// Empty reports whether no flow can match.
+func (m *ConntrackMatcher) Empty() bool { return len(m.keep) == 0 }
+
+// Match reports whether f must be deleted.
+func (m *ConntrackMatcher) Match(f Flow) bool {
+	set, ok := m.keep[ctKey{f.Protocol, unmap(f.OrigDst)}]
+	return ok && !set[unmap(f.ReplySrc)]
+}
+
+func unmap(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+// frontends lists the addresses:ports a UDP service port is reached on.
+func frontends(r *renderer, sp *proxy.ServicePort, local []netip.Addr) []netip.AddrPort {
+	if sp == nil || !r.addrOK(sp.ClusterIP) || sp.Port <= 0 || sp.Port > 65535 {
+		return nil
+	}
+	port := uint16(sp.Port)
+	out := []netip.AddrPort{netip.AddrPortFrom(sp.ClusterIP, port)}
+	for _, list := range [][]netip.Addr{sp.ExternalIPs, sp.LoadBalancerIPs} {
+		for _, a := range list {
+			if r.addrOK(a) {
+				out = append(out, netip.AddrPortFrom(a, port))
+			}
+		}
+	}
+	if sp.NodePort > 0 && sp.NodePort <= 65535 {
+		for _, a := range local {
+			if r.addrOK(a) {
+				out = append(out, netip.AddrPortFrom(a, uint16(sp.NodePort)))
+			}
+		}
+	}
+	return out
+}
+
+func endpointSet(sp *proxy.ServicePort) []netip.AddrPort {
+	if sp == nil {
+		return nil
+	}
+	eps := sp.AllReachableEndpoints()
+	out := make([]netip.AddrPort, 0, len(eps))
+	for _, ep := range eps {
+		out = append(out, ep.AddrPort())
+	}
+	return out
+}
+
+// conntrackFor returns the filters for one UDP service port that changed
+// from old to cur (either may be nil). A full sync checks every UDP port.
+func conntrackFor(r *renderer, old, cur *proxy.ServicePort, full bool, local []netip.Addr) []ConntrackFilter {
+	isUDP := func(sp *proxy.ServicePort) bool { return sp != nil && sp.Protocol == v1.ProtocolUDP }
+	if !isUDP(old) && !isUDP(cur) {
+		return nil
+	}
+	var curFront, oldFront, keep []netip.AddrPort
+	if isUDP(cur) {
+		curFront = frontends(r, cur, local)
+		keep = endpointSet(cur)
+	}
+	if isUDP(old) {
+		oldFront = frontends(r, old, local)
+	}
+	if !full && old != nil && cur != nil && slices.Equal(curFront, oldFront) && slices.Equal(keep, endpointSet(old)) {
+		return nil // neither the frontends nor the endpoints changed
+	}
+	var out []ConntrackFilter
+	for _, f := range curFront {
+		out = append(out, ConntrackFilter{Protocol: v1.ProtocolUDP, OrigDst: f, Keep: keep})
+	}
+	for _, f := range oldFront {
+		if !slices.Contains(curFront, f) {
+			out = append(out, ConntrackFilter{Protocol: v1.ProtocolUDP, OrigDst: f})
+		}
+	}
+	return out
+}

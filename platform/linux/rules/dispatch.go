@@ -1,0 +1,171 @@
+package rules
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// dispatch is one dispatch chain (KPROXY-SERVICES or KPROXY-NODEPORTS) and
+// its shards. Each service port contributes entries with a shard key; in flat
+// mode every entry is a rule of the parent chain, in sharded mode the parent
+// holds one jump per non-empty shard and each shard chain holds its entries.
+// Shards keep a partial sync's rewrite small: adding a Service rewrites one
+// shard of a few dozen rules, never a chain of every Service.
+type dispatch struct {
+	parent string
+	// committed state
+	sharded bool
+	count   int
+	members map[uint16]map[proxy.ServicePortName]struct{}
+	// dirty keys of this sync
+	dirty map[uint16]bool
+}
+
+func newDispatch(parent string) *dispatch {
+	return &dispatch{parent: parent, members: map[uint16]map[proxy.ServicePortName]struct{}{}, dirty: map[uint16]bool{}}
+}
+
+func (d *dispatch) add(name proxy.ServicePortName, key uint16) {
+	m := d.members[key]
+	if m == nil {
+		m = map[proxy.ServicePortName]struct{}{}
+		d.members[key] = m
+	}
+	m[name] = struct{}{}
+	d.count++
+	d.dirty[key] = true
+}
+
+func (d *dispatch) remove(name proxy.ServicePortName, key uint16) {
+	if m := d.members[key]; m != nil {
+		delete(m, name)
+		if len(m) == 0 {
+			delete(d.members, key)
+		}
+	}
+	d.count--
+	d.dirty[key] = true
+}
+
+// shardName names the chain of a shard.
+func (d *dispatch) shardName(key uint16) string {
+	if d.parent == ChainServices {
+		const hex = "0123456789ABCDEF"
+		return shardServices + string([]byte{hex[key>>4&0xf], hex[key&0xf]})
+	}
+	proto := [...]string{"TCP", "UDP", "SCTP"}[key>>10]
+	return shardNodePorts + proto + "-" + strconv.Itoa(int(key&0x3ff))
+}
+
+// shardMatch renders the parent's match for a shard.
+func (d *dispatch) shardMatch(key uint16, is6 bool) string {
+	if d.parent == ChainServices {
+		b := strconv.Itoa(int(key))
+		if is6 {
+			b = strconv.FormatUint(uint64(key), 16)
+			if key == 0 {
+				return "-d ::/::ff"
+			}
+			return "-d ::" + b + "/::ff"
+		}
+		return "-d 0.0.0." + b + "/0.0.0.255"
+	}
+	proto := strings.ToLower([...]string{"TCP", "UDP", "SCTP"}[key>>10])
+	lo := int(key&0x3ff) << 6
+	return "-p " + proto + " -m " + proto + " --dport " + strconv.Itoa(lo) + ":" + strconv.Itoa(lo+63)
+}
+
+// decideMode shards the chain when it has more than threshold entries
+// (never when threshold is negative) and reports whether the mode changed.
+// The mode is a function of the count alone, so a plan depends only on the
+// snapshot, never on the history that led to it.
+func (d *dispatch) decideMode(threshold int) bool {
+	want := threshold >= 0 && d.count > threshold
+	changed := want != d.sharded
+	d.sharded = want
+	return changed
+}
+
+func sortedKeys(m map[uint16]map[proxy.ServicePortName]struct{}) []uint16 {
+	keys := make([]uint16, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func sortedNames(m map[proxy.ServicePortName]struct{}) []proxy.ServicePortName {
+	out := make([]proxy.ServicePortName, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b proxy.ServicePortName) int {
+		switch {
+		case a.Less(b):
+			return -1
+		case b.Less(a):
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// nodePortDestinations computes the destinations NodePorts answer on: nil
+// with all=true for "every local address", else the node's addresses in the
+// configured prefixes plus its primary address.
+func (r *renderer) nodePortDestinations(node proxy.Node, local []netip.Addr) (all bool, ips []netip.Addr) {
+	cfg := r.cfg
+	if len(cfg.NodePortAddresses) == 0 && !cfg.NodePortPrimary {
+		return true, nil
+	}
+	prefixes := cfg.ofFamily(cfg.NodePortAddresses)
+	for _, a := range local {
+		if !r.addrOK(a) {
+			continue
+		}
+		for _, p := range prefixes {
+			if p.Contains(a) {
+				ips = append(ips, a)
+				break
+			}
+		}
+	}
+	if cfg.NodePortPrimary {
+		for _, a := range node.Addresses {
+			if r.addrOK(a) {
+				ips = append(ips, a) // the first of the family is the primary
+				break
+			}
+		}
+	}
+	ips = slices.DeleteFunc(ips, func(a netip.Addr) bool { return a.IsLoopback() && !r.localhostNodePorts() })
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return false, slices.Compact(ips)
+}
+
+func (r *renderer) localhostNodePorts() bool {
+	return r.cfg.Family == v1.IPv4Protocol && r.cfg.LocalhostNodePorts
+}
+
+// nodeIPs are the node's own addresses of the family (status addresses and
+// non-loopback local addresses), sorted.
+func (r *renderer) nodeIPs(node proxy.Node, local []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, list := range [][]netip.Addr{node.Addresses, local} {
+		for _, a := range list {
+			if r.addrOK(a) && !a.IsLoopback() {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}

@@ -1,0 +1,437 @@
+package rules
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// dispatch tables.
+const (
+	dispServices  = 0
+	dispNodePorts = 1
+)
+
+// entry is one dispatch rule of a service port: where it belongs (a
+// dispatch table and a shard key) and its rule spec (without "-A CHAIN ").
+type entry struct {
+	disp int
+	key  uint16
+	spec string
+}
+
+// chainOut is one rendered chain: its rules as restore lines.
+type chainOut struct {
+	name string
+	body []byte
+	hash uint64
+}
+
+// portOut is everything one service port contributes.
+type portOut struct {
+	chains   []chainOut
+	entries  []entry
+	hairpin  []netip.Addr
+	hcPort   int32
+	nodeDeps bool // the rendering depends on the node's addresses
+	rules    int
+}
+
+// renderer holds the strings derived from the Config once.
+type renderer struct {
+	cfg          Config
+	hostBits     string // "/32" or "/128"
+	cidrs        []netip.Prefix
+	setMasq      string // -j MARK ... that sets the masquerade mark
+	setReject    string
+	setDrop      string
+	matchMasq    string // -m mark --mark (masquerade)
+	matchReject  string
+	matchDrop    string
+	clearMasq    string
+	masquerade   string // -j MASQUERADE [--random-fully]
+	recentMask   string
+	rejectWith   string
+	loopback     netip.Prefix
+	probabilites []string // probabilites[n] = 1/n in iptables' canonical form
+}
+
+func newRenderer(cfg Config) *renderer {
+	m := uint32(1) << cfg.MasqueradeBit
+	f := uint32(1) << cfg.FilterBit
+	both := m | f
+	hx := func(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
+	r := &renderer{
+		cfg:         cfg,
+		cidrs:       cfg.ofFamily(cfg.ClusterCIDRs),
+		setMasq:     "-j MARK --set-xmark " + hx(m) + "/" + hx(m),
+		setReject:   "-j MARK --set-xmark " + hx(f) + "/" + hx(both),
+		setDrop:     "-j MARK --set-xmark " + hx(both) + "/" + hx(both),
+		matchMasq:   "-m mark --mark " + hx(m) + "/" + hx(both),
+		matchReject: "-m mark --mark " + hx(f) + "/" + hx(both),
+		matchDrop:   "-m mark --mark " + hx(both) + "/" + hx(both),
+		clearMasq:   "-j MARK --set-xmark 0x0/" + hx(m),
+		masquerade:  "-j MASQUERADE",
+	}
+	if cfg.RandomFully {
+		r.masquerade += " --random-fully"
+	}
+	if cfg.is6() {
+		r.hostBits = "/128"
+		r.recentMask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+		r.rejectWith = "icmp6-port-unreachable"
+		r.loopback = netip.MustParsePrefix("::1/128")
+	} else {
+		r.hostBits = "/32"
+		r.recentMask = "255.255.255.255"
+		r.rejectWith = "icmp-port-unreachable"
+		r.loopback = netip.MustParsePrefix("127.0.0.0/8")
+	}
+	r.probabilites = make([]string, 2, 64)
+	return r
+}
+
+// probability returns 1/n as iptables-save prints it: the kernel keeps
+// round(p·2³¹) and iptables prints that back with 11 decimals.
+func (r *renderer) probability(n int) string {
+	for len(r.probabilites) <= n {
+		k := len(r.probabilites)
+		v := math.Round(float64(uint64(1)<<31) / float64(k))
+		r.probabilites = append(r.probabilites, strconv.FormatFloat(v/float64(uint64(1)<<31), 'f', 11, 64))
+	}
+	return r.probabilites[n]
+}
+
+func protoName(p v1.Protocol) string { return strings.ToLower(string(p)) }
+
+// builder appends restore lines for one chain.
+type builder struct {
+	chain string
+	b     []byte
+	n     int
+}
+
+func (w *builder) add(parts ...string) {
+	w.b = append(w.b, "-A "...)
+	w.b = append(w.b, w.chain...)
+	for _, p := range parts {
+		if p == "" {
+			continue
+		}
+		w.b = append(w.b, ' ')
+		w.b = append(w.b, p...)
+	}
+	w.b = append(w.b, '\n')
+	w.n++
+}
+
+func (w *builder) out() chainOut {
+	h := fnv.New64a()
+	_, _ = h.Write(w.b)
+	return chainOut{name: w.chain, body: w.b, hash: h.Sum64()}
+}
+
+func (r *renderer) host(a netip.Addr) string { return a.String() + r.hostBits }
+
+// portMatch renders "-p tcp -m tcp --dport 80".
+func portMatch(proto string, port int32) string {
+	return "-p " + proto + " -m " + proto + " --dport " + strconv.Itoa(int(port))
+}
+
+func commentOf(n proxy.ServicePortName) string {
+	s := n.String()
+	if strings.ContainsAny(s, " \"") {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// problem describes input that was skipped.
+func problem(sp *proxy.ServicePort, field, format string, args ...any) string {
+	return fmt.Sprintf("service port %s: %s: %s", sp.Name, field, fmt.Sprintf(format, args...))
+}
+
+func (r *renderer) addrOK(a netip.Addr) bool {
+	return a.IsValid() && a.Is6() == r.cfg.is6() && !a.Is4In6() && !a.IsUnspecified()
+}
+
+// validEndpoints drops endpoints that cannot be rendered.
+func (r *renderer) validEndpoints(sp *proxy.ServicePort, field string, eps []proxy.Endpoint, problems *[]string) []proxy.Endpoint {
+	for i, ep := range eps {
+		if r.addrOK(ep.IP) && ep.Port > 0 && ep.Port <= 65535 {
+			continue
+		}
+		// Slow path: copy the good ones.
+		out := make([]proxy.Endpoint, 0, len(eps))
+		out = append(out, eps[:i]...)
+		for j, ep := range eps[i:] {
+			if r.addrOK(ep.IP) && ep.Port > 0 && ep.Port <= 65535 {
+				out = append(out, ep)
+				continue
+			}
+			*problems = append(*problems, problem(sp, fmt.Sprintf("%s[%d]", field, i+j), "endpoint %s is not a valid %s address and port", ep, r.cfg.Family))
+		}
+		return out
+	}
+	return eps
+}
+
+// renderPort renders one service port. nodeIPs are the node's addresses
+// (used when loadBalancerSourceRanges contain one of them). It returns nil
+// and the problems when the port cannot be rendered at all.
+func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*portOut, []string) {
+	var problems []string
+	switch {
+	case sp.Family != r.cfg.Family:
+		return nil, []string{problem(sp, "family", "%s port in the %s view", sp.Family, r.cfg.Family)}
+	case !r.addrOK(sp.ClusterIP):
+		return nil, []string{problem(sp, "clusterIP", "%q is not a valid %s address", sp.ClusterIP, r.cfg.Family)}
+	case sp.Port <= 0 || sp.Port > 65535:
+		return nil, []string{problem(sp, "port", "%d is out of range", sp.Port)}
+	case sp.Protocol != v1.ProtocolTCP && sp.Protocol != v1.ProtocolUDP && sp.Protocol != v1.ProtocolSCTP:
+		return nil, []string{problem(sp, "protocol", "%q is not TCP, UDP or SCTP", sp.Protocol)}
+	}
+	proto := protoName(sp.Protocol)
+	id := portID(sp.Name)
+	svcName, svlName, extName, fwName := kindSVC+id, kindSVL+id, kindEXT+id, kindFW+id
+	clusterEPs := r.validEndpoints(sp, "clusterEndpoints", sp.ClusterEndpoints, &problems)
+	localEPs := r.validEndpoints(sp, "localEndpoints", sp.LocalEndpoints, &problems)
+	nodePort := sp.NodePort
+	if nodePort < 0 || nodePort > 65535 {
+		problems = append(problems, problem(sp, "nodePort", "%d is out of range", nodePort))
+		nodePort = 0
+	}
+	var extIPs, lbIPs []netip.Addr
+	for i, a := range sp.ExternalIPs {
+		if r.addrOK(a) {
+			extIPs = append(extIPs, a)
+		} else {
+			problems = append(problems, problem(sp, fmt.Sprintf("externalIPs[%d]", i), "%q is not a valid %s address", a, r.cfg.Family))
+		}
+	}
+	for i, a := range sp.LoadBalancerIPs {
+		if r.addrOK(a) {
+			lbIPs = append(lbIPs, a)
+		} else {
+			problems = append(problems, problem(sp, fmt.Sprintf("loadBalancerIPs[%d]", i), "%q is not a valid %s address", a, r.cfg.Family))
+		}
+	}
+	external := nodePort != 0 || len(extIPs) > 0 || len(lbIPs) > 0
+
+	out := &portOut{}
+	empty := ChainReject
+	if sp.HasAnyEndpoints {
+		empty = ChainDrop
+	}
+	needSVC, needSVL := false, false
+
+	// Traffic to the ClusterIP.
+	var intTarget string
+	switch {
+	case !sp.InternalPolicyLocal && len(clusterEPs) > 0:
+		intTarget, needSVC = svcName, true
+	case sp.InternalPolicyLocal && len(localEPs) > 0:
+		intTarget, needSVL = svlName, true
+	default:
+		intTarget = empty
+	}
+
+	// Traffic to the external frontends.
+	var extTarget string
+	var ext *builder
+	if external {
+		switch {
+		case !sp.HasAnyEndpoints:
+			extTarget = ChainReject
+		case !sp.ExternalPolicyLocal && len(clusterEPs) == 0:
+			extTarget = empty
+		case !sp.ExternalPolicyLocal:
+			// Everything from outside is masqueraded, then goes to any endpoint.
+			ext = &builder{chain: extName}
+			ext.add(r.setMasq)
+			ext.add("-j", svcName)
+			needSVC = true
+		default:
+			// externalTrafficPolicy Local: pods and the node itself
+			// short-circuit to the cluster endpoints (as if they had gone out
+			// to the load balancer and back); others go to local endpoints.
+			ext = &builder{chain: extName}
+			if len(clusterEPs) > 0 {
+				for _, c := range r.cidrs {
+					ext.add("-s", c.String(), "-j", svcName)
+				}
+			}
+			ext.add("-m addrtype --src-type LOCAL", r.setMasq)
+			if len(clusterEPs) > 0 {
+				ext.add("-m addrtype --src-type LOCAL", "-j", svcName)
+				needSVC = true
+			}
+			switch {
+			case len(localEPs) == 0:
+				ext.add("-j", ChainDrop)
+			case sp.InternalPolicyLocal:
+				ext.add("-j", svlName)
+				needSVL = true
+			default:
+				r.dnatRules(ext, sp, proto, localEPs)
+			}
+		}
+		if ext != nil {
+			extTarget = extName
+		}
+	}
+
+	masqRule := func(w *builder) {
+		dst := "-d " + r.host(sp.ClusterIP)
+		pm := portMatch(proto, sp.Port)
+		switch {
+		case r.cfg.MasqueradeAll:
+			w.add(dst, pm, r.setMasq)
+		case len(r.cidrs) == 1:
+			w.add("! -s "+r.cidrs[0].String(), dst, pm, r.setMasq)
+		case len(r.cidrs) > 1:
+			w.add(dst, pm, "-j", ChainOffCluster)
+		}
+	}
+	if needSVC {
+		w := &builder{chain: svcName}
+		if !sp.InternalPolicyLocal {
+			masqRule(w)
+		}
+		r.dnatRules(w, sp, proto, clusterEPs)
+		out.chains = append(out.chains, w.out())
+		out.rules += w.n
+	}
+	if needSVL {
+		w := &builder{chain: svlName}
+		masqRule(w)
+		r.dnatRules(w, sp, proto, localEPs)
+		out.chains = append(out.chains, w.out())
+		out.rules += w.n
+	}
+	if ext != nil {
+		out.chains = append(out.chains, ext.out())
+		out.rules += ext.n
+	}
+	lbTarget := extTarget
+	if external && len(lbIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0 {
+		w := &builder{chain: fwName}
+		ranges := r.cfg.ofFamily(sp.LoadBalancerSourceRanges)
+		allowLB := false
+		for _, p := range ranges {
+			w.add("-s", p.String(), "-j", extTarget)
+			for _, ip := range nodeIPs {
+				allowLB = allowLB || p.Contains(ip)
+			}
+		}
+		// A load balancer IP assigned on the node sends the node's own
+		// traffic to it with that IP as source: allow it when the node
+		// itself is allowed.
+		if allowLB {
+			for _, ip := range lbIPs {
+				w.add("-s", r.host(ip), "-j", extTarget)
+			}
+		}
+		w.add("-j", ChainDrop)
+		out.chains = append(out.chains, w.out())
+		out.rules += w.n
+		out.nodeDeps = true
+		lbTarget = fwName
+	}
+
+	// Dispatch entries.
+	comment := "-m comment --comment " + commentOf(sp.Name)
+	pm := " -m " + proto + " --dport " + strconv.Itoa(int(sp.Port))
+	dispatch := func(a netip.Addr, target string) {
+		out.entries = append(out.entries, entry{
+			disp: dispServices,
+			key:  ipShardKey(a),
+			spec: "-d " + r.host(a) + " -p " + proto + " " + comment + pm + " -j " + target,
+		})
+	}
+	dispatch(sp.ClusterIP, intTarget)
+	for _, a := range extIPs {
+		dispatch(a, extTarget)
+	}
+	for _, a := range lbIPs {
+		dispatch(a, lbTarget)
+	}
+	if nodePort != 0 {
+		out.entries = append(out.entries, entry{
+			disp: dispNodePorts,
+			key:  nodePortShardKey(sp.Protocol, nodePort),
+			spec: "-p " + proto + " " + comment + " -m " + proto + " --dport " + strconv.Itoa(int(nodePort)) + " -j " + extTarget,
+		})
+	}
+	out.rules += len(out.entries)
+
+	// Local endpoints a pod could reach itself through (hairpin).
+	for _, list := range [][]proxy.Endpoint{clusterEPs, localEPs} {
+		for _, ep := range list {
+			if ep.Local {
+				out.hairpin = append(out.hairpin, ep.IP)
+			}
+		}
+	}
+	if sp.HealthCheckNodePort > 0 && sp.HealthCheckNodePort <= 65535 {
+		out.hcPort = sp.HealthCheckNodePort
+	}
+	return out, problems
+}
+
+// dnatRules renders the load-balancing rules over eps: with session
+// affinity, first one "recently seen" rule per endpoint, then one rule per
+// endpoint taken with probability 1/(remaining endpoints), the last one
+// unconditionally.
+func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, eps []proxy.Endpoint) {
+	affinity := sp.AffinityTimeoutSeconds > 0
+	var seconds string
+	lists := make([]string, 0, len(eps))
+	if affinity {
+		seconds = strconv.Itoa(int(sp.AffinityTimeoutSeconds))
+		for _, ep := range eps {
+			list := affinityList(sp.Name, ep)
+			lists = append(lists, list)
+			w.add("-p", proto, "-m recent --update --seconds", seconds, "--reap --name", list,
+				"--mask", r.recentMask, "--rsource -j DNAT --to-destination", ep.String())
+		}
+	}
+	n := len(eps)
+	for i, ep := range eps {
+		stat := ""
+		if i < n-1 {
+			stat = "-m statistic --mode random --probability " + r.probability(n-i)
+		}
+		set := ""
+		if affinity {
+			set = "-m recent --set --name " + lists[i] + " --mask " + r.recentMask + " --rsource"
+		}
+		w.add("-p", proto, stat, set, "-j DNAT --to-destination", ep.String())
+	}
+}
+
+// ipShardKey is the last byte of an address: ClusterIPs are allocated at
+// random in the service range, so it spreads them evenly.
+func ipShardKey(a netip.Addr) uint16 {
+	s := a.AsSlice()
+	return uint16(s[len(s)-1])
+}
+
+// nodePortShardKey groups NodePorts of one protocol by blocks of 64 ports.
+func nodePortShardKey(p v1.Protocol, port int32) uint16 {
+	var pi uint16
+	switch p {
+	case v1.ProtocolUDP:
+		pi = 1
+	case v1.ProtocolSCTP:
+		pi = 2
+	}
+	return pi<<10 | uint16(port>>6)
+}
