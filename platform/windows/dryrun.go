@@ -1,0 +1,111 @@
+package windows
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// DryRunOutput is what DryRun prints: the desired HNS objects in HNS's own
+// schema and field names, plus kproxy's annotations.
+type DryRunOutput struct {
+	Family  string
+	Network Network
+	// Version is the HNS version the plan assumes.
+	Version Version
+	// Offline is true when HNS was not asked (any OS without HNS): endpoint
+	// references then are addresses, and local endpoints are assumed to exist.
+	Offline bool
+	// Endpoints are the endpoints kproxy creates (remote backends; on overlay
+	// networks the source VIP and service VIP endpoints).
+	Endpoints []*Endpoint
+	// LoadBalancers in HNS's schema. HostComputeEndpoints holds HNS IDs of
+	// existing endpoints, and addresses for endpoints not created yet.
+	LoadBalancers []DryRunLB
+	Warnings      []Warning `json:",omitempty"`
+	// Operations are the HNS calls a sync would make now (online only).
+	Operations []string `json:",omitempty"`
+}
+
+// DryRunLB is a load balancer with kproxy's annotations.
+type DryRunLB struct {
+	LoadBalancer
+	Kind     LBKind
+	Services []string
+}
+
+// DryRun prints, without changing anything, the HNS plan for snap as JSON.
+// With HNS it reads the network, endpoints and load balancers to show real
+// IDs and the operations a sync would make; without, it uses Options.Offline.
+func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := DryRunOutput{Family: string(b.opts.Family)}
+
+	var st *State
+	var version Version
+	var network *Network
+	var ifaces []HostInterface
+	if b.hns == nil {
+		out.Offline = true
+		version = Version{Major: 15, Minor: 5}
+		if b.opts.Offline.Version != nil {
+			version = *b.opts.Offline.Version
+		}
+		network = &Network{Name: b.opts.NetworkName, Type: NetworkTypeL2Bridge}
+		if b.opts.Offline.Network != nil {
+			network = b.opts.Offline.Network
+		}
+		ifaces, _ = b.opts.Interfaces() // best effort: the node IP may then come from the Node only
+	} else {
+		v, err := b.hns.Version()
+		if err != nil {
+			return fmt.Errorf("dry run: asking HNS for its version: %w", err)
+		}
+		version = v
+		o, err := b.read()
+		if err != nil {
+			return fmt.Errorf("dry run: %w", err)
+		}
+		st, network, ifaces = o.rec, o.network, o.ifaces
+	}
+	facts := gatherFacts(&b.opts, CapabilitiesFor(version), network, ifaces, st, snap)
+	out.Version = version
+	out.Network = facts.Network
+	plan := BuildPlan(facts, snap.Family(b.opts.Family))
+	if plan.Err != nil {
+		return fmt.Errorf("dry run: planning %s HNS load balancers: %w", b.opts.Family, plan.Err)
+	}
+	out.Warnings = plan.Warnings
+	for _, e := range plan.Endpoints {
+		out.Endpoints = append(out.Endpoints, e.HNS(facts.Network.ID))
+	}
+	for _, lb := range plan.LoadBalancers {
+		refs := make([]string, 0, len(lb.Endpoints))
+		for _, ip := range lb.Endpoints {
+			if st != nil && st.Endpoints[ip] != nil {
+				refs = append(refs, st.Endpoints[ip].ID)
+			} else {
+				refs = append(refs, ip.String())
+			}
+		}
+		d := DryRunLB{LoadBalancer: *lb.HNS(refs), Kind: lb.Kind}
+		for _, o := range lb.Owners {
+			d.Services = append(d.Services, o.String())
+		}
+		out.LoadBalancers = append(out.LoadBalancers, d)
+	}
+	if st != nil {
+		for _, op := range Reconcile(plan, st, CapabilitiesFor(version).ModifyLoadBalancer).Ops {
+			out.Operations = append(out.Operations, op.String())
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("dry run: writing the plan: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,579 @@
+package windows
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// FakeHNS is an in-memory HNS that enforces what HNS enforces:
+//   - a load balancer needs exactly one port mapping and at least one
+//     endpoint, and every endpoint must exist (E_INVALIDARG, HCN_E_ENDPOINT_NOT_FOUND);
+//   - one load balancer per family, protocol, frontend VIPs and external port
+//     (HCN_E_PORT_ALREADY_EXISTS);
+//   - one endpoint per address in a network (ERROR_ALREADY_EXISTS);
+//   - an endpoint a load balancer refers to cannot be deleted (HCN_E_ENTITY_HAS_REFERENCES);
+//   - deleting or updating what does not exist fails (ERROR_NOT_FOUND);
+//   - UpdateLoadBalancer needs HNS 15.4 (E_NOTIMPL before); on exactly 15.4
+//     it succeeds but keeps the old endpoints, as the real one does.
+//
+// It counts calls per operation and injects failures: the Nth call, a given
+// operation, or an "HNS restarting" period. Out-of-band helpers (AddNetwork,
+// AddLocalEndpoint, RemoveLoadBalancer, ...) act like the CNI or an operator
+// and are not counted. Safe for concurrent use.
+type FakeHNS struct {
+	mu        sync.Mutex
+	version   Version
+	networks  map[string]*Network // by ID
+	endpoints map[string]*Endpoint
+	lbs       map[string]*LoadBalancer
+	nextID    int
+	calls     map[string]int
+	total     int
+	failAt    map[int]error      // absolute call number → error
+	failOp    map[string][]error // operation → queued errors
+	down      int                // >0: the next down calls fail as "restarting"; <0: until Up
+}
+
+var _ HNS = (*FakeHNS)(nil)
+
+// NewFakeHNS returns an empty fake HNS of a version.
+func NewFakeHNS(v Version) *FakeHNS {
+	return &FakeHNS{
+		version:   v,
+		networks:  make(map[string]*Network),
+		endpoints: make(map[string]*Endpoint),
+		lbs:       make(map[string]*LoadBalancer),
+		calls:     make(map[string]int),
+		failAt:    make(map[int]error),
+		failOp:    make(map[string][]error),
+	}
+}
+
+func (f *FakeHNS) newID() string {
+	f.nextID++
+	return fmt.Sprintf("00000000-0000-0000-0000-%012x", f.nextID)
+}
+
+func fakeErr(op string, code uint32, format string, args ...any) error {
+	return NewError(op, code, fmt.Errorf(format, args...))
+}
+
+// ErrFakeRestarting is the error of calls made while the fake is "restarting".
+var ErrFakeRestarting = errors.New("the HNS service is restarting")
+
+// begin counts a call and returns an injected failure, if any. f.mu is held.
+func (f *FakeHNS) begin(op string) error {
+	f.calls[op]++
+	f.total++
+	if err, ok := f.failAt[f.total]; ok {
+		delete(f.failAt, f.total)
+		return err
+	}
+	if q := f.failOp[op]; len(q) > 0 {
+		f.failOp[op] = q[1:]
+		return q[0]
+	}
+	if f.down != 0 {
+		if f.down > 0 {
+			f.down--
+		}
+		return NewError(op, CodeManagerStopped, ErrFakeRestarting)
+	}
+	return nil
+}
+
+// --- failure injection and call counts ---
+
+// FailCall makes the nth call from now (1 = the next one) fail with err.
+func (f *FakeHNS) FailCall(n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAt[f.total+n] = err
+}
+
+// FailOp makes the next call of op fail with err (queued: call again for more).
+func (f *FakeHNS) FailOp(op string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failOp[op] = append(f.failOp[op], err)
+}
+
+// Down makes the next n calls fail as if HNS were restarting (n < 0: until Up).
+func (f *FakeHNS) Down(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = n
+}
+
+// Up ends a restarting period.
+func (f *FakeHNS) Up() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = 0
+}
+
+// Restart simulates an HNS restart that loses the non-persistent objects:
+// every load balancer and every remote endpoint.
+func (f *FakeHNS) Restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lbs = make(map[string]*LoadBalancer)
+	for id, ep := range f.endpoints {
+		if ep.IsRemote() {
+			delete(f.endpoints, id)
+		}
+	}
+}
+
+// Calls returns the number of calls per operation since the last ResetCalls.
+func (f *FakeHNS) Calls() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.calls))
+	for k, v := range f.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// TotalCalls returns the number of calls since the last ResetCalls.
+func (f *FakeHNS) TotalCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, v := range f.calls {
+		n += v
+	}
+	return n
+}
+
+// ResetCalls zeroes the call counts (pending failures keep their position).
+func (f *FakeHNS) ResetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = make(map[string]int)
+}
+
+// --- out-of-band changes (the CNI, an operator) ---
+
+// AddNetwork adds a network and returns its ID (n.ID is used when set).
+func (f *FakeHNS) AddNetwork(n Network) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n.ID == "" {
+		n.ID = f.newID()
+	}
+	c := n
+	c.RemoteSubnets = append([]RemoteSubnet(nil), n.RemoteSubnets...)
+	f.networks[c.ID] = &c
+	return c.ID
+}
+
+// SetRemoteSubnets replaces a network's remote subnet routes.
+func (f *FakeHNS) SetRemoteSubnets(networkID string, rs []RemoteSubnet) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.networks[networkID]; n != nil {
+		n.RemoteSubnets = append([]RemoteSubnet(nil), rs...)
+	}
+}
+
+// RecreateNetwork deletes a network with its endpoints and creates it again
+// under a new ID, as a CNI does on restart. Load balancers keep referring to
+// the deleted endpoints. It returns the new ID.
+func (f *FakeHNS) RecreateNetwork(networkID string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.networks[networkID]
+	if n == nil {
+		return ""
+	}
+	delete(f.networks, networkID)
+	for id, ep := range f.endpoints {
+		if ep.HostComputeNetwork == networkID {
+			delete(f.endpoints, id)
+		}
+	}
+	c := *n
+	c.ID = f.newID()
+	f.networks[c.ID] = &c
+	return c.ID
+}
+
+// AddLocalEndpoint adds a local endpoint, as the CNI does for a pod, and
+// returns its ID.
+func (f *FakeHNS) AddLocalEndpoint(networkID string, ip netip.Addr, name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.newID()
+	f.endpoints[id] = &Endpoint{
+		ID: id, Name: name, HostComputeNetwork: networkID,
+		IPConfigurations: []IPConfig{{IPAddress: ip.String()}},
+		MacAddress:       fmt.Sprintf("00-15-5d-%02x-%02x-%02x", f.nextID>>16&0xff, f.nextID>>8&0xff, f.nextID&0xff),
+	}
+	return id
+}
+
+// AddEndpoint adds any endpoint without checks (a leftover) and returns its ID.
+func (f *FakeHNS) AddEndpoint(ep Endpoint) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ep.ID == "" {
+		ep.ID = f.newID()
+	}
+	f.endpoints[ep.ID] = cloneEndpoint(&ep)
+	return ep.ID
+}
+
+// RemoveEndpoint deletes an endpoint out of band, without checks.
+func (f *FakeHNS) RemoveEndpoint(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.endpoints, id)
+}
+
+// AddLoadBalancer adds a load balancer without checks (a leftover, possibly
+// malformed) and returns its ID.
+func (f *FakeHNS) AddLoadBalancer(lb LoadBalancer) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if lb.ID == "" {
+		lb.ID = f.newID()
+	}
+	f.lbs[lb.ID] = cloneLB(&lb)
+	return lb.ID
+}
+
+// RemoveLoadBalancer deletes a load balancer out of band.
+func (f *FakeHNS) RemoveLoadBalancer(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.lbs, id)
+}
+
+// LoadBalancers returns copies of every load balancer, sorted by ID.
+func (f *FakeHNS) LoadBalancers() []LoadBalancer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listLBs()
+}
+
+// Endpoints returns copies of every endpoint, sorted by ID.
+func (f *FakeHNS) Endpoints() []Endpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Endpoint, 0, len(f.endpoints))
+	for _, ep := range f.endpoints {
+		out = append(out, *cloneEndpoint(ep))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Dump renders the load balancers and endpoints with endpoints named by
+// address instead of ID, sorted: stable across runs for golden comparisons.
+func (f *FakeHNS) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	addr := func(id string) string {
+		if ep := f.endpoints[id]; ep != nil && len(ep.IPConfigurations) > 0 {
+			return ep.IPConfigurations[0].IPAddress
+		}
+		return "missing:" + id
+	}
+	var lines []string
+	for _, lb := range f.lbs {
+		var eps []string
+		for _, id := range lb.HostComputeEndpoints {
+			eps = append(eps, addr(id))
+		}
+		sort.Slice(eps, func(i, j int) bool { return addrLess(eps[i], eps[j]) })
+		pm := PortMapping{}
+		if len(lb.PortMappings) > 0 {
+			pm = lb.PortMappings[0]
+		}
+		vips := strings.Join(lb.FrontendVIPs, ",")
+		if vips == "" {
+			vips = "*"
+		}
+		line := fmt.Sprintf("lb %s %s:%d -> %d flags=%d pflags=%d dist=%d", protocolName(pm.Protocol), vips,
+			pm.ExternalPort, pm.InternalPort, lb.Flags, pm.Flags, pm.DistributionType)
+		if lb.SourceVIP != "" {
+			line += " src=" + lb.SourceVIP
+		}
+		lines = append(lines, line+" eps="+strings.Join(eps, ","))
+	}
+	sort.Strings(lines)
+	var eps []string
+	for _, ep := range f.endpoints {
+		kind := "local"
+		if ep.IsRemote() {
+			kind = "remote"
+		}
+		var ips []string
+		for _, c := range ep.IPConfigurations {
+			ips = append(ips, c.IPAddress)
+		}
+		line := fmt.Sprintf("ep %s %s", strings.Join(ips, ","), kind)
+		if pa := ep.ProviderAddress(); pa != "" {
+			line += " pa=" + pa
+		}
+		if ep.Name != "" {
+			line += " name=" + ep.Name
+		}
+		eps = append(eps, line)
+	}
+	sort.Slice(eps, func(i, j int) bool { return addrLess(strings.Fields(eps[i])[1], strings.Fields(eps[j])[1]) })
+	return strings.Join(append(lines, eps...), "\n") + "\n"
+}
+
+func addrLess(a, b string) bool {
+	x, err1 := netip.ParseAddr(strings.Split(a, ",")[0])
+	y, err2 := netip.ParseAddr(strings.Split(b, ",")[0])
+	if err1 != nil || err2 != nil {
+		return a < b
+	}
+	return x.Less(y)
+}
+
+// --- HNS ---
+
+// Version implements HNS.
+func (f *FakeHNS) Version() (Version, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpVersion); err != nil {
+		return Version{}, err
+	}
+	return f.version, nil
+}
+
+// GetNetwork implements HNS.
+func (f *FakeHNS) GetNetwork(name string) (*Network, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpGetNetwork); err != nil {
+		return nil, err
+	}
+	for _, n := range f.networks {
+		if strings.EqualFold(n.Name, name) {
+			c := *n
+			c.RemoteSubnets = append([]RemoteSubnet(nil), n.RemoteSubnets...)
+			return &c, nil
+		}
+	}
+	return nil, fakeErr(OpGetNetwork, CodeNetworkNotFound, "network %q not found", name)
+}
+
+// ListEndpoints implements HNS.
+func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpListEndpoints); err != nil {
+		return nil, err
+	}
+	if f.networks[networkID] == nil {
+		return nil, fakeErr(OpListEndpoints, CodeNetworkNotFound, "network %s not found", networkID)
+	}
+	var out []Endpoint
+	for _, ep := range f.endpoints {
+		if ep.HostComputeNetwork == networkID {
+			out = append(out, *cloneEndpoint(ep))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// CreateEndpoint implements HNS.
+func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpCreateEndpoint); err != nil {
+		return nil, err
+	}
+	if f.networks[networkID] == nil {
+		return nil, fakeErr(OpCreateEndpoint, CodeNetworkNotFound, "network %s not found", networkID)
+	}
+	ips := ep.IPs()
+	if len(ips) == 0 {
+		return nil, fakeErr(OpCreateEndpoint, CodeInvalidArg, "endpoint without a valid IP address")
+	}
+	for _, other := range f.endpoints {
+		if other.HostComputeNetwork != networkID {
+			continue
+		}
+		for _, a := range other.IPs() {
+			for _, b := range ips {
+				if a == b {
+					return nil, fakeErr(OpCreateEndpoint, CodeAlreadyExists, "address %s is used by endpoint %s", a, other.ID)
+				}
+			}
+		}
+	}
+	c := cloneEndpoint(ep)
+	c.ID = f.newID()
+	c.HostComputeNetwork = networkID
+	f.endpoints[c.ID] = c
+	return cloneEndpoint(c), nil
+}
+
+// DeleteEndpoint implements HNS.
+func (f *FakeHNS) DeleteEndpoint(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpDeleteEndpoint); err != nil {
+		return err
+	}
+	key := f.endpointKey(id)
+	if key == "" {
+		return fakeErr(OpDeleteEndpoint, CodeEndpointNotFound, "endpoint %s not found", id)
+	}
+	for _, lb := range f.lbs {
+		for _, ref := range lb.HostComputeEndpoints {
+			if strings.EqualFold(ref, id) {
+				return fakeErr(OpDeleteEndpoint, CodeEntityHasReferences, "endpoint %s is used by load balancer %s", id, lb.ID)
+			}
+		}
+	}
+	delete(f.endpoints, key)
+	return nil
+}
+
+func (f *FakeHNS) endpointKey(id string) string {
+	for k := range f.endpoints {
+		if strings.EqualFold(k, id) {
+			return k
+		}
+	}
+	return ""
+}
+
+// ListLoadBalancers implements HNS.
+func (f *FakeHNS) ListLoadBalancers() ([]LoadBalancer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpListLoadBalancers); err != nil {
+		return nil, err
+	}
+	return f.listLBs(), nil
+}
+
+func (f *FakeHNS) listLBs() []LoadBalancer {
+	out := make([]LoadBalancer, 0, len(f.lbs))
+	for _, lb := range f.lbs {
+		out = append(out, *cloneLB(lb))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// fakeSlot is the frontend a load balancer occupies.
+func fakeSlot(lb *LoadBalancer) string {
+	vips := append([]string(nil), lb.FrontendVIPs...)
+	sort.Strings(vips)
+	return fmt.Sprintf("%d/%d/%d/%s", lb.Flags&LBFlagIPv6, lb.PortMappings[0].Protocol, lb.PortMappings[0].ExternalPort, strings.Join(vips, ","))
+}
+
+// validateLB checks a load balancer as HNS would; skipID is the load balancer
+// being updated.
+func (f *FakeHNS) validateLB(op string, lb *LoadBalancer, skipID string) error {
+	if len(lb.PortMappings) != 1 {
+		return fakeErr(op, CodeInvalidArg, "load balancer needs one port mapping, has %d", len(lb.PortMappings))
+	}
+	if len(lb.HostComputeEndpoints) == 0 {
+		return fakeErr(op, CodeInvalidArg, "load balancer without endpoints")
+	}
+	for _, v := range lb.FrontendVIPs {
+		if _, err := netip.ParseAddr(v); err != nil {
+			return fakeErr(op, CodeInvalidArg, "frontend VIP %q: %v", v, err)
+		}
+	}
+	for _, id := range lb.HostComputeEndpoints {
+		if f.endpointKey(id) == "" {
+			return fakeErr(op, CodeEndpointNotFound, "endpoint %s not found", id)
+		}
+	}
+	slot := fakeSlot(lb)
+	for _, other := range f.lbs {
+		if other.ID != skipID && len(other.PortMappings) > 0 && fakeSlot(other) == slot {
+			return fakeErr(op, CodePortAlreadyExists, "port already used by load balancer %s", other.ID)
+		}
+	}
+	return nil
+}
+
+// CreateLoadBalancer implements HNS.
+func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpCreateLoadBalancer); err != nil {
+		return nil, err
+	}
+	if err := f.validateLB(OpCreateLoadBalancer, lb, ""); err != nil {
+		return nil, err
+	}
+	c := cloneLB(lb)
+	c.ID = f.newID()
+	f.lbs[c.ID] = c
+	return cloneLB(c), nil
+}
+
+// UpdateLoadBalancer implements HNS.
+func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpUpdateLoadBalancer); err != nil {
+		return nil, err
+	}
+	if !f.version.AtLeast(15, 4) {
+		return nil, fakeErr(OpUpdateLoadBalancer, CodeNotImplemented, "not implemented")
+	}
+	old := f.lbs[id]
+	if old == nil {
+		return nil, fakeErr(OpUpdateLoadBalancer, CodeNotFound, "load balancer %s not found", id)
+	}
+	if err := f.validateLB(OpUpdateLoadBalancer, lb, id); err != nil {
+		return nil, err
+	}
+	c := cloneLB(lb)
+	c.ID = id
+	if f.version.Major == 15 && f.version.Minor == 4 {
+		c.HostComputeEndpoints = old.HostComputeEndpoints // the 15.4 bug
+	}
+	f.lbs[id] = c
+	return cloneLB(c), nil
+}
+
+// DeleteLoadBalancer implements HNS.
+func (f *FakeHNS) DeleteLoadBalancer(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpDeleteLoadBalancer); err != nil {
+		return err
+	}
+	if f.lbs[id] == nil {
+		return fakeErr(OpDeleteLoadBalancer, CodeNotFound, "load balancer %s not found", id)
+	}
+	delete(f.lbs, id)
+	return nil
+}
+
+func cloneLB(lb *LoadBalancer) *LoadBalancer {
+	c := *lb
+	c.HostComputeEndpoints = append([]string(nil), lb.HostComputeEndpoints...)
+	c.FrontendVIPs = append([]string(nil), lb.FrontendVIPs...)
+	c.PortMappings = append([]PortMapping(nil), lb.PortMappings...)
+	return &c
+}
+
+func cloneEndpoint(ep *Endpoint) *Endpoint {
+	c := *ep
+	c.IPConfigurations = append([]IPConfig(nil), ep.IPConfigurations...)
+	c.Policies = append([]EndpointPolicy(nil), ep.Policies...)
+	return &c
+}

@@ -1,0 +1,322 @@
+package windows
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// OpKind is the kind of an HNS operation.
+type OpKind int
+
+// Operation kinds.
+const (
+	OpKindCreateEndpoint OpKind = iota
+	OpKindDeleteEndpoint
+	OpKindCreateLB
+	OpKindUpdateLB
+	OpKindDeleteLB
+)
+
+func (k OpKind) String() string {
+	switch k {
+	case OpKindCreateEndpoint:
+		return "create-endpoint"
+	case OpKindDeleteEndpoint:
+		return "delete-endpoint"
+	case OpKindCreateLB:
+		return "create-lb"
+	case OpKindUpdateLB:
+		return "update-lb"
+	case OpKindDeleteLB:
+		return "delete-lb"
+	}
+	return "unknown"
+}
+
+// Op is one HNS operation of a reconciliation.
+type Op struct {
+	Kind OpKind
+	// LB is the load balancer to create, or the new content of one to update.
+	LB *LBSpec
+	// Old is the load balancer to update or delete.
+	Old *ObservedLB
+	// Endpoint is the endpoint to create.
+	Endpoint *EndpointSpec
+	// OldEndpoint is the endpoint to delete.
+	OldEndpoint *ObservedEndpoint
+	// Why explains the operation, for logs and tests.
+	Why string
+}
+
+func (o Op) String() string {
+	switch o.Kind {
+	case OpKindCreateEndpoint:
+		return fmt.Sprintf("%s %s %s (%s)", o.Kind, o.Endpoint.Role, o.Endpoint.IP, o.Why)
+	case OpKindDeleteEndpoint:
+		return fmt.Sprintf("%s %s (%s)", o.Kind, o.OldEndpoint.IP, o.Why)
+	case OpKindCreateLB:
+		return fmt.Sprintf("%s %s (%s)", o.Kind, o.LB.key, o.Why)
+	case OpKindUpdateLB:
+		return fmt.Sprintf("%s %s (%s)", o.Kind, o.LB.key, o.Why)
+	default:
+		if o.Old.Spec != nil {
+			return fmt.Sprintf("%s %s (%s)", o.Kind, o.Old.Spec.key, o.Why)
+		}
+		return fmt.Sprintf("%s %s (%s)", o.Kind, o.Old.ID, o.Why)
+	}
+}
+
+// Reconciliation is the ordered list of operations that turns a state into a
+// plan, with what could not be honoured.
+//
+// Order: (1) load balancers and endpoints that must be deleted before an
+// endpoint is recreated (rare: a provider address changed); (2) endpoint
+// creations; (3) load balancer creations and updates, slot by slot (a
+// replacement deletes the old load balancer just before creating the new
+// one, since HNS holds one per slot, and orphans in a wanted slot go first
+// too); (4) deletion of load balancers nothing wants; (5) deletion of owned
+// endpoints nothing references.
+type Reconciliation struct {
+	Ops []Op
+	// MissingLocal are local endpoint addresses that load balancers want but
+	// HNS does not have (the CNI has not created them, or they are host
+	// network addresses); they are left out of the load balancers.
+	MissingLocal []netip.Addr
+	// Dropped are desired load balancers left with no endpoint at all.
+	Dropped []*LBSpec
+}
+
+// Empty reports whether nothing needs to be done.
+func (r *Reconciliation) Empty() bool { return len(r.Ops) == 0 }
+
+// String renders the operations one per line.
+func (r *Reconciliation) String() string {
+	var b strings.Builder
+	for _, op := range r.Ops {
+		b.WriteString(op.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Counts returns the number of operations per kind.
+func (r *Reconciliation) Counts() map[OpKind]int {
+	m := make(map[OpKind]int)
+	for _, op := range r.Ops {
+		m[op.Kind]++
+	}
+	return m
+}
+
+// Reconcile computes the operations that make st match plan. With modify set,
+// a load balancer whose content changed is updated in place; otherwise it is
+// deleted and created again. Reconcile does not modify plan or st.
+func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
+	r := &Reconciliation{}
+	desiredEP := make(map[netip.Addr]*EndpointSpec, len(plan.Endpoints))
+	var phase1, phase2, phase3, phase4, phase5 []Op
+
+	// Endpoints: create the missing, replace the remote ones whose provider
+	// address changed. Addresses whose endpoint will be (re)created have no
+	// usable ID yet.
+	fresh := make(map[netip.Addr]bool)
+	for _, spec := range plan.Endpoints {
+		desiredEP[spec.IP] = spec
+		cur := st.Endpoints[spec.IP]
+		switch {
+		case cur == nil:
+			phase2 = append(phase2, Op{Kind: OpKindCreateEndpoint, Endpoint: spec, Why: "missing"})
+			fresh[spec.IP] = true
+		case !cur.matches(spec):
+			phase1 = append(phase1, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: cur,
+				Why: fmt.Sprintf("provider address %s, want %s", cur.ProviderAddress, spec.ProviderAddress)})
+			phase2 = append(phase2, Op{Kind: OpKindCreateEndpoint, Endpoint: spec, Why: "replaces " + cur.ID})
+			fresh[spec.IP] = true
+		}
+	}
+
+	// Load balancers whose endpoints are about to be replaced go first.
+	gone := make(map[string]bool) // slots deleted in phase 1
+	if len(phase1) > 0 {
+		replacedIDs := make(map[string]bool, len(phase1))
+		for _, op := range phase1 {
+			replacedIDs[op.OldEndpoint.ID] = true
+		}
+		for _, slot := range sortedSlots(st.LoadBalancers) {
+			cur := st.LoadBalancers[slot]
+			for _, id := range cur.EndpointIDs {
+				if replacedIDs[id] {
+					gone[slot] = true
+					phase1 = append(phase1, Op{Kind: OpKindDeleteLB, Old: cur, Why: "endpoint " + id + " is replaced"})
+					break
+				}
+			}
+		}
+		// Deleting the load balancers must precede deleting the endpoints.
+		sort.SliceStable(phase1, func(i, j int) bool {
+			return phase1[i].Kind == OpKindDeleteLB && phase1[j].Kind != OpKindDeleteLB
+		})
+	}
+
+	// Orphans in a slot kproxy wants must go before the slot is programmed.
+	orphansIn := make(map[string][]*ObservedLB)
+	for _, o := range st.Orphans {
+		if o.Slot != "" {
+			orphansIn[o.Slot] = append(orphansIn[o.Slot], o)
+		}
+	}
+	handled := make(map[*ObservedLB]bool)
+
+	// Load balancers, slot by slot.
+	referenced := make(map[netip.Addr]bool)
+	desiredSlots := make(map[string]bool, len(plan.LoadBalancers))
+	missing := make(map[netip.Addr]bool)
+	for _, want := range plan.LoadBalancers {
+		want = resolvable(want, desiredEP, st, missing)
+		if len(want.Endpoints) == 0 {
+			r.Dropped = append(r.Dropped, want)
+			continue
+		}
+		desiredSlots[want.slot] = true
+		for _, ip := range want.Endpoints {
+			referenced[ip] = true
+		}
+		for _, o := range orphansIn[want.slot] {
+			phase3 = append(phase3, Op{Kind: OpKindDeleteLB, Old: o, Why: o.Problem})
+			handled[o] = true
+		}
+		cur := st.LoadBalancers[want.slot]
+		if gone[want.slot] {
+			cur = nil
+		}
+		switch {
+		case cur == nil:
+			phase3 = append(phase3, Op{Kind: OpKindCreateLB, LB: want, Why: "missing"})
+		case cur.Spec.key == want.key && idsCurrent(cur, want, st, fresh):
+			// In place and identical: nothing to do.
+		case modify:
+			phase3 = append(phase3, Op{Kind: OpKindUpdateLB, LB: want, Old: cur, Why: changeWhy(cur, want)})
+		default:
+			phase3 = append(phase3,
+				Op{Kind: OpKindDeleteLB, Old: cur, Why: "replaced: " + changeWhy(cur, want)},
+				Op{Kind: OpKindCreateLB, LB: want, Why: "replaces " + cur.ID})
+		}
+	}
+
+	// Load balancers nothing wants.
+	for _, slot := range sortedSlots(st.LoadBalancers) {
+		if !desiredSlots[slot] && !gone[slot] {
+			phase4 = append(phase4, Op{Kind: OpKindDeleteLB, Old: st.LoadBalancers[slot], Why: "stale"})
+		}
+	}
+	for _, o := range st.Orphans {
+		if !handled[o] {
+			phase4 = append(phase4, Op{Kind: OpKindDeleteLB, Old: o, Why: o.Problem})
+		}
+	}
+
+	// Owned endpoints nothing references.
+	ips := make([]netip.Addr, 0, len(st.Endpoints))
+	for ip := range st.Endpoints {
+		ips = append(ips, ip)
+	}
+	sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
+	for _, ip := range ips {
+		ep := st.Endpoints[ip]
+		if ep.Owned() && desiredEP[ip] == nil && !referenced[ip] {
+			phase5 = append(phase5, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: ep, Why: "unused"})
+		}
+	}
+	for _, ep := range st.Shadowed {
+		if ep.Owned() {
+			phase5 = append(phase5, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: ep, Why: "duplicate address"})
+		}
+	}
+
+	for ip := range missing {
+		r.MissingLocal = append(r.MissingLocal, ip)
+	}
+	sort.Slice(r.MissingLocal, func(i, j int) bool { return r.MissingLocal[i].Less(r.MissingLocal[j]) })
+	n := len(phase1) + len(phase2) + len(phase3) + len(phase4) + len(phase5)
+	if n > 0 {
+		r.Ops = make([]Op, 0, n)
+		for _, ph := range [][]Op{phase1, phase2, phase3, phase4, phase5} {
+			r.Ops = append(r.Ops, ph...)
+		}
+	}
+	return r
+}
+
+// resolvable drops the endpoints of want that will not exist: local addresses
+// for which HNS has no local endpoint. It returns want itself when nothing is
+// dropped.
+func resolvable(want *LBSpec, desiredEP map[netip.Addr]*EndpointSpec, st *State, missing map[netip.Addr]bool) *LBSpec {
+	usable := func(ip netip.Addr) bool {
+		if desiredEP[ip] != nil {
+			return true // remote: created if missing
+		}
+		ep := st.Endpoints[ip]
+		return ep != nil && !ep.Remote
+	}
+	ok := true
+	for _, ip := range want.Endpoints {
+		if !usable(ip) {
+			ok = false
+			missing[ip] = true
+		}
+	}
+	if ok {
+		return want
+	}
+	keep := make([]netip.Addr, 0, len(want.Endpoints))
+	for _, ip := range want.Endpoints {
+		if usable(ip) {
+			keep = append(keep, ip)
+		}
+	}
+	return want.withEndpoints(keep)
+}
+
+// idsCurrent reports whether an existing load balancer holds exactly the
+// endpoint IDs that want's addresses have now.
+func idsCurrent(cur *ObservedLB, want *LBSpec, st *State, fresh map[netip.Addr]bool) bool {
+	if len(cur.EndpointIDs) != len(want.Endpoints) {
+		return false
+	}
+	ids := make([]string, 0, len(want.Endpoints))
+	for _, ip := range want.Endpoints {
+		if fresh[ip] {
+			return false
+		}
+		ep := st.Endpoints[ip]
+		if ep == nil {
+			return false
+		}
+		ids = append(ids, ep.ID)
+	}
+	sort.Strings(ids)
+	for i := range ids {
+		if ids[i] != cur.EndpointIDs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func changeWhy(cur *ObservedLB, want *LBSpec) string {
+	if cur.Spec.key == want.key {
+		return "endpoint IDs changed"
+	}
+	return "content changed"
+}
+
+func sortedSlots(m map[string]*ObservedLB) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
