@@ -9,19 +9,29 @@ import (
 	"time"
 )
 
-// Tools every kernel test needs; Require adds its own.
-var baseTools = []string{"ip"}
+// KernelTestsEnv is the environment variable that enables the kernel tests
+// (make test-kernel sets it to 1). They are opt-in so that "go test ./..."
+// does not run them concurrently with every other package: they are slower
+// and some check latencies.
+const KernelTestsEnv = "KPROXY_KERNEL_TESTS"
 
-// Require skips the test unless it can build namespaces: root, and the tools
-// named (plus "ip") in PATH. Under CI=true a missing privilege or tool fails
-// the test instead, so CI never passes by skipping.
+// KernelTestsEnabled reports whether KernelTestsEnv is set to 1.
+func KernelTestsEnabled() bool { return os.Getenv(KernelTestsEnv) == "1" }
+
+// Require skips the test unless kernel tests are enabled (KernelTestsEnv)
+// and it can build namespaces: root, and the tools named (plus "ip") in
+// PATH. When enabled under CI=true, a missing privilege or tool fails the
+// test instead, so CI never passes by skipping.
 func Require(t testing.TB, tools ...string) {
 	t.Helper()
+	if !KernelTestsEnabled() {
+		t.Skipf("kernel test: run it with make test-kernel (or %s=1 go test ...) as root", KernelTestsEnv)
+	}
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "kernel test needs root to create network namespaces (run: sudo go test ..., or make test-kernel as root)")
 	}
 	var missing []string
-	for _, tool := range append(append([]string{}, baseTools...), tools...) {
+	for _, tool := range append([]string{"ip"}, tools...) {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}
