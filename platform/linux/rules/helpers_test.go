@@ -214,3 +214,5 @@ func changed(names ...proxy.ServicePortName) proxy.Changes {
 	}
 	return ch
 }
+
+var fullChanges = proxy.Changes{Full: true}

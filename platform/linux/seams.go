@@ -1,0 +1,64 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/platform/linux/rules"
+)
+
+// ErrNotExist is wrapped by seam errors about a chain or rule that does not exist.
+var ErrNotExist = errors.New("does not exist")
+
+// IsNotExist reports whether err says a chain or rule does not exist.
+func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
+
+// Iptables is the seam to one IP family's iptables tools, in one flavour.
+// Implementations: the real tools (NewSystemIptables, Linux only) and
+// FakeIptables.
+type Iptables interface {
+	// Restore runs iptables-restore --noflush (waiting for the xtables lock)
+	// with data as input. It is atomic: on error nothing changed.
+	Restore(ctx context.Context, data []byte) error
+	// Save returns the iptables-save output of one table.
+	Save(ctx context.Context, table string) ([]byte, error)
+	// List returns a chain in iptables -S form; an error wrapping
+	// ErrNotExist when the chain does not exist.
+	List(ctx context.Context, table, chain string) ([]string, error)
+	// Exists reports whether chain holds a rule equal to spec (iptables -C).
+	Exists(ctx context.Context, table, chain string, spec ...string) (bool, error)
+	// Insert inserts a rule at a 1-based position (iptables -I).
+	Insert(ctx context.Context, table, chain string, pos int, spec ...string) error
+	// Delete deletes a rule (iptables -D); an error wrapping ErrNotExist
+	// when there is no such rule.
+	Delete(ctx context.Context, table, chain string, spec ...string) error
+	// Describe names the tools, for logs ("iptables-nft v1.8.9").
+	Describe() string
+}
+
+// NFTables is the seam to the nft tool, used only to remove upstream
+// kube-proxy's nftables table when taking over.
+type NFTables interface {
+	// ListTables returns "family name" for every table ("ip kube-proxy").
+	ListTables(ctx context.Context) ([]string, error)
+	// DeleteTable deletes one table.
+	DeleteTable(ctx context.Context, family, name string) error
+}
+
+// Conntrack is the seam to the kernel's connection tracking table.
+type Conntrack interface {
+	// DeleteFlows deletes the flows of family for which match returns true
+	// and returns how many were deleted.
+	DeleteFlows(family v1.IPFamily, match func(rules.Flow) bool) (int, error)
+}
+
+// Host is the seam to the node's addresses and sysctls.
+type Host interface {
+	// LocalAddresses lists the addresses on the node's interfaces (all families).
+	LocalAddresses() ([]netip.Addr, error)
+	// SetSysctl writes a sysctl, e.g. "net/ipv4/conf/all/route_localnet".
+	SetSysctl(name, value string) error
+}
