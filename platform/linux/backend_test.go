@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -510,4 +511,12 @@ func TestChooseFlavour(t *testing.T) {
 			}
 		})
 	}
+}
+
+func buildSnapshot(node *v1.Node, svcs []*v1.Service, slices []*discovery.EndpointSlice) *proxy.Snapshot {
+	return cache.Build(proxytest.Node1, node, svcs, slices)
+}
+
+func nsName(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
 }

@@ -179,6 +179,9 @@ func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) b
 	if f.Err != nil {
 		return 0, f.Err
 	}
+	if f.Flows == nil {
+		f.Flows = map[v1.IPFamily][]rules.Flow{}
+	}
 	before := len(f.Flows[family])
 	f.Flows[family] = slices.DeleteFunc(f.Flows[family], match)
 	return before - len(f.Flows[family]), nil
