@@ -13,6 +13,11 @@ import (
 
 // The proxy modes kproxy implements.
 const (
+	// DryRunRules prints, with --dry-run, what the backend would program.
+	DryRunRules = "rules"
+	// DryRunState prints, with --dry-run, the node-local desired state.
+	DryRunState = "state"
+
 	// ModeIPTables programs Linux iptables (nat and filter tables).
 	ModeIPTables v1alpha1.ProxyMode = "iptables"
 	// ModeKernelspace programs Windows HNS load balancers.

@@ -148,11 +148,11 @@ func TestFlagsWithoutConfigFile(t *testing.T) {
 		{"explicit empty healthz address disables the server", "linux", []string{"--healthz-bind-address="}, func(o *Options) any { _, ok := o.HealthzBindAddress(); return ok }, false},
 		{"explicit zero sync period is kept for validation", "linux", []string{"--iptables-sync-period=0"}, func(o *Options) any { return o.SyncPeriod() }, time.Duration(0)},
 		{"nodeport addresses are trimmed", "linux", []string{"--nodeport-addresses= 10.0.0.0/8 , fd00::/64"}, func(o *Options) any { return o.Config.NodePortAddresses }, []string{"10.0.0.0/8", "fd00::/64"}},
-		{"kproxy's own flags", "linux", []string{"--manifests=/m", "--dry-run", "--cleanup", "--version", "--take-over-kube-proxy=false", "--full-sync-period=2h", "--master=https://api:6443"},
+		{"kproxy's own flags", "linux", []string{"--manifests=/m", "--dry-run", "--dry-run-output=state", "--cleanup", "--version", "--take-over-kube-proxy=false", "--full-sync-period=2h", "--master=https://api:6443"},
 			func(o *Options) any {
-				return []any{o.Manifests, o.DryRun, o.Cleanup, o.Version, o.TakeOverKubeProxy, o.FullSyncPeriod, o.ClientConnection().Master}
+				return []any{o.Manifests, o.DryRun, o.DryRunOutput, o.Cleanup, o.Version, o.TakeOverKubeProxy, o.FullSyncPeriod, o.ClientConnection().Master}
 			},
-			[]any{"/m", true, true, true, false, 2 * time.Hour, "https://api:6443"}},
+			[]any{"/m", true, "state", true, true, false, 2 * time.Hour, "https://api:6443"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := testOptions(tc.goos, nil)

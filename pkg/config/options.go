@@ -56,6 +56,9 @@ type Options struct {
 	Manifests string
 	// DryRun is --dry-run: print what would be programmed and exit (kproxy's own).
 	DryRun bool
+	// DryRunOutput is --dry-run-output: DryRunRules (what the backend would
+	// program) or DryRunState (the node-local desired state as YAML).
+	DryRunOutput string
 	// Cleanup is --cleanup: remove everything kproxy programmed and exit.
 	Cleanup bool
 	// Version is --version: print the version and exit.
@@ -90,6 +93,7 @@ type binding struct {
 func NewOptions() *Options {
 	o := &Options{
 		TakeOverKubeProxy: DefaultTakeOverKubeProxy,
+		DryRunOutput:      DryRunRules,
 		FullSyncPeriod:    DefaultFullSyncPeriod,
 		goos:              runtime.GOOS,
 		hostname:          os.Hostname,

@@ -66,6 +66,9 @@ func (e *ValidationError) flagFor(path string) string {
 func (o *Options) Validate() error {
 	errs := validateConfig(o.Config, o.goos, o.DryRun)
 	errs = append(errs, validateNodeName(o.NodeName, field.NewPath("hostnameOverride"))...)
+	if o.DryRunOutput != DryRunRules && o.DryRunOutput != DryRunState {
+		errs = append(errs, field.NotSupported(field.NewPath("--dry-run-output"), o.DryRunOutput, []string{DryRunRules, DryRunState}))
+	}
 	if o.FullSyncPeriod <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("--full-sync-period"), o.FullSyncPeriod.String(), "must be greater than 0"))
 	}
