@@ -28,3 +28,15 @@ fuzz:
 
 clean:
 	rm -rf $(BIN) .build
+
+# test-windows: the Windows test binaries of platform/windows, cross-compiled
+# and run under Wine through the generic `go test -exec` wrapper
+# platform/windows/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64
+# binutils with apt-get when missing and prepares the Wine prefix in
+# .build/wine (with the bcryptprimitives.dll forwarder Go needs).
+.PHONY: test-windows
+test: test-windows
+
+test-windows:
+	./platform/windows/wine/setup.sh
+	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/...
