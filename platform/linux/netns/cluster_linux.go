@@ -64,7 +64,9 @@ type Cluster struct {
 //   - outside: eth0 on the node network, routes to the Service, externalIP
 //     and LoadBalancer ranges via node1 (node2 routes the last two via node1 too).
 //
-// Every namespace gets rp_filter off and IPv6 DAD off. On error everything
+// Every namespace gets rp_filter off and IPv6 DAD off; nodes get forwarding
+// on and no ICMP error rate limit (bursts of rejected probes must each be
+// answered). On error everything
 // created so far is removed.
 func Setup(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Topology == nil {
@@ -176,6 +178,11 @@ func (c *Cluster) build(ctx context.Context, opts Options) error {
 				"net.ipv4.ip_forward":              "1",
 				"net.ipv6.conf.all.forwarding":     "1",
 				"net.ipv6.conf.default.forwarding": "1",
+				// Tests send bursts of probes that a node rejects; the
+				// kernel's per-peer ICMP error rate limit would turn some
+				// of those rejections into silence.
+				"net.ipv4.icmp_ratelimit": "0",
+				"net.ipv6.icmp.ratelimit": "0",
 			}); err != nil {
 				return err
 			}
