@@ -29,6 +29,22 @@ fuzz:
 clean:
 	rm -rf $(BIN) .build
 
+# test-kernel: the real-kernel suites of the Linux backend (network
+# namespaces, kproxy as a process, real TCP/UDP traffic). Needs root,
+# iproute2 and iptables; without them the tests skip, and under CI=true that
+# is a failure. One package at a time: they measure latencies.
+.PHONY: test-kernel demo
+test: test-kernel
+
+test-kernel:
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/netns/... ./platform/linux/e2e/...
+
+# demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
+# spread over three pods, an endpoint removed (root; installs iproute2 and
+# iptables with apt-get when missing).
+demo:
+	./platform/linux/e2e/demo.sh
+
 # test-windows: the Windows test binaries of platform/windows, cross-compiled
 # and run under Wine through the generic `go test -exec` wrapper
 # platform/windows/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64

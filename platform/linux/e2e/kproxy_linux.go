@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/netns"
+	"github.com/kproxy/kproxy/platform/linux/netns/echo"
+)
+
+// KProxyPackage is the import path of the kproxy command.
+const KProxyPackage = "github.com/kproxy/kproxy/cmd/kproxy"
+
+// Proxy runs kproxy as a real process inside one host's namespace.
+type Proxy struct {
+	Cluster *netns.Cluster
+	// Binary is the kproxy executable.
+	Binary string
+	// Host is where kproxy runs (the topology's proxy node by default).
+	Host string
+	// ManifestDir is passed as --manifests.
+	ManifestDir string
+	// LogDir receives one log file per run ("kproxy-<n>.log"), if set.
+	LogDir string
+	// Config selects --cluster-cidr and --masquerade-all.
+	Config proxytest.Config
+	// Extra flags appended to every run.
+	Extra []string
+
+	proc *netns.Process
+	runs int
+}
+
+// Argv returns the command line of a run, without the binary.
+func (p *Proxy) Argv() []string {
+	t := p.Cluster.Topology
+	host := p.Host
+	if host == "" {
+		host = t.ProxyNode
+	}
+	args := []string{
+		"--manifests", p.ManifestDir,
+		"--hostname-override", host,
+		"--proxy-mode", "iptables",
+		// Never touch the machine-wide conntrack table size from a test.
+		"--conntrack-max-per-core", "0",
+		"-v", "2",
+	}
+	if p.Config.ClusterCIDR {
+		var cidrs []string
+		for _, c := range t.ClusterCIDRs() {
+			cidrs = append(cidrs, c.String())
+		}
+		args = append(args, "--cluster-cidr", strings.Join(cidrs, ","))
+	}
+	if p.Config.MasqueradeAll {
+		args = append(args, "--masquerade-all")
+	}
+	return append(args, p.Extra...)
+}
+
+func (p *Proxy) host() string {
+	if p.Host != "" {
+		return p.Host
+	}
+	return p.Cluster.Topology.ProxyNode
+}
+
+// Start starts a new kproxy run. It fails if one is still running.
+func (p *Proxy) Start() error {
+	if p.proc != nil {
+		select {
+		case <-p.proc.Done():
+		default:
+			return errors.New("kproxy is already running")
+		}
+	}
+	p.runs++
+	log := ""
+	if p.LogDir != "" {
+		log = filepath.Join(p.LogDir, fmt.Sprintf("kproxy-%d.log", p.runs))
+	}
+	proc, err := p.Cluster.Start(p.host(), fmt.Sprintf("kproxy#%d", p.runs), log, append([]string{p.Binary}, p.Argv()...)...)
+	if err != nil {
+		return err
+	}
+	p.proc = proc
+	return nil
+}
+
+// Process returns the current (or last) run, nil before the first Start.
+func (p *Proxy) Process() *netns.Process { return p.proc }
+
+// Stop ends the current run with SIGTERM (SIGKILL after grace).
+func (p *Proxy) Stop(grace time.Duration) error {
+	if p.proc == nil {
+		return nil
+	}
+	return p.proc.Stop(grace)
+}
+
+// Kill ends the current run with SIGKILL.
+func (p *Proxy) Kill() error {
+	if p.proc == nil {
+		return nil
+	}
+	return p.proc.Kill()
+}
+
+// Running reports whether a run is in progress.
+func (p *Proxy) Running() bool {
+	if p.proc == nil {
+		return false
+	}
+	select {
+	case <-p.proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// Cleanup runs "kproxy --cleanup" in the proxy's namespace and returns its output.
+func (p *Proxy) Cleanup(ctx context.Context) ([]byte, error) {
+	return p.Cluster.Exec(ctx, p.host(), p.Binary, "--cleanup", "--hostname-override", p.host(), "-v", "2")
+}
+
+// WriteManifest writes data to dir/name atomically (temporary file, then
+// rename), so the manifest source never reads half a file.
+func WriteManifest(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write manifest %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write manifest %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write manifest %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("write manifest %s: %w", name, err)
+	}
+	return nil
+}
+
+// WriteObjects renders objects (Services, EndpointSlices, Nodes) into dir/name.
+func WriteObjects(dir, name string, objs ...any) error {
+	data, err := proxytest.Manifest(objs...)
+	if err != nil {
+		return err
+	}
+	return WriteManifest(dir, name, data)
+}
+
+// SentinelIndex is the Service index of the readiness sentinel; the table
+// uses small indexes, scenarios use 100 and up.
+const SentinelIndex = 99
+
+// Sentinel returns the readiness Service "kpt-ready" (ClusterIP, one local
+// endpoint: pod-a2) and its slices. When it answers through its ClusterIP
+// in both families, kproxy has programmed the kernel.
+func Sentinel(t *proxytest.Topology) (*v1.Service, []*discovery.EndpointSlice, error) {
+	svc := t.Service("kpt-ready", SentinelIndex)
+	slices, err := t.Slices(svc, proxytest.Ready(proxytest.PodA2)...)
+	return svc, slices, err
+}
+
+// ServiceAddrs returns a Service's ClusterIPs on ServicePort.
+func ServiceAddrs(svc *v1.Service) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, ip := range svc.Spec.ClusterIPs {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			out = append(out, netip.AddrPortFrom(a, proxytest.ServicePort))
+		}
+	}
+	return out
+}
+
+// WaitReady polls TCP addrs from a host until each has answered once, or ctx ends.
+func WaitReady(ctx context.Context, c *netns.Cluster, from string, addrs ...netip.AddrPort) error {
+	for _, a := range addrs {
+		var last echo.Result
+		for {
+			last = c.Probe(ctx, from, "tcp", a, echo.ProbeOptions{Timeout: 500 * time.Millisecond})
+			if last.Outcome == echo.Answer {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s never answered from %s: last %v: %w", a, from, last, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}

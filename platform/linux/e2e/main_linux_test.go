@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/netns"
+)
+
+// Binaries built once per test run by TestMain (as root only; without root
+// every test skips).
+var (
+	echoBin, kproxyBin string
+	kproxyBuildErr     error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		if os.Geteuid() != 0 || !netns.KernelTestsEnabled() {
+			return m.Run()
+		}
+		dir, err := os.MkdirTemp("", "kpt-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if echoBin, err = netns.BuildEcho(ctx, dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		var flags []string
+		if raceEnabled {
+			// A data race inside kproxy makes it exit, which fails the test.
+			flags = append(flags, "-race")
+		}
+		kproxyBin, kproxyBuildErr = netns.GoBuild(ctx, dir, KProxyPackage, flags...)
+		return m.Run()
+	}())
+}
+
+// env is one test's cluster with kproxy running in node1.
+type env struct {
+	t     *testing.T
+	c     *netns.Cluster
+	p     *Proxy
+	dir   string
+	top   *proxytest.Topology
+	ready []netip.AddrPort
+}
+
+// envOptions tune newEnv.
+type envOptions struct {
+	config proxytest.Config
+	extra  []string
+	// before runs after the cluster is built, before kproxy starts.
+	before func(e *env)
+	// objects to write into the manifest directory ("objects.yaml") before start.
+	objects []any
+	// noStart leaves kproxy stopped.
+	noStart bool
+}
+
+// requireKernel skips or fails (CI=true) without root, tools or the kproxy binary.
+func requireKernel(t *testing.T) {
+	t.Helper()
+	netns.Require(t, "iptables", "ip6tables", "iptables-save", "ip6tables-save")
+	if kproxyBuildErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: building kproxy: %v", kproxyBuildErr)
+		}
+		t.Skipf("kproxy does not build yet: %v", kproxyBuildErr)
+	}
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	requireKernel(t)
+	c := netns.New(t, netns.Options{EchoBinary: echoBin})
+	e := &env{t: t, c: c, dir: t.TempDir(), top: c.Topology}
+	e.p = &Proxy{Cluster: c, Binary: kproxyBin, ManifestDir: e.dir, LogDir: t.TempDir(), Config: o.config, Extra: o.extra}
+	ctx := e.ctx(30 * time.Second)
+	// A FORWARD policy of DROP, as many hosts have: Service traffic must
+	// still be forwarded (kproxy accepts it).
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if _, err := c.Exec(ctx, proxytest.Node1, cmd, "-w", "-P", "FORWARD", "DROP"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc, slices, err := Sentinel(e.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteObjects(e.dir, "00-sentinel.yaml", svc, slices[0], slices[1]); err != nil {
+		t.Fatal(err)
+	}
+	e.ready = ServiceAddrs(svc)
+	nodes := e.top.NodeObjects()
+	if err := WriteObjects(e.dir, "00-nodes.yaml", nodes[0], nodes[1]); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.objects) > 0 {
+		e.write("objects.yaml", o.objects...)
+	}
+	if o.before != nil {
+		o.before(e)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.dumpRules()
+		}
+		if e.p.Running() {
+			if err := e.p.Stop(5 * time.Second); err != nil {
+				t.Errorf("stopping kproxy: %v", err)
+			}
+		}
+	})
+	if !o.noStart {
+		e.start()
+	}
+	return e
+}
+
+func (e *env) ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// write renders objects into a manifest file of the environment.
+func (e *env) write(name string, objs ...any) {
+	e.t.Helper()
+	if err := WriteObjects(e.dir, name, objs...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// start starts kproxy and waits until the sentinel answers in both families.
+func (e *env) start() {
+	e.t.Helper()
+	if err := e.p.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitReady()
+}
+
+func (e *env) waitReady() {
+	e.t.Helper()
+	begin := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- WaitReady(ctx, e.c, proxytest.Node1, e.ready...) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			e.t.Fatalf("kproxy never programmed the sentinel Service: %v\nkproxy output:\n%s", err, lastLines(e.p.Process().Output(), 40))
+		}
+	case <-e.p.Process().Done():
+		cancel()
+		<-done
+		e.t.Fatalf("kproxy exited before programming anything: %v\n%s", e.p.Process().Err(), lastLines(e.p.Process().Output(), 40))
+	}
+	e.t.Logf("kproxy run %d programmed the sentinel in %v", e.p.runs, time.Since(begin).Round(time.Millisecond))
+}
+
+// save returns iptables-save (or ip6tables-save) of one table in node1.
+func (e *env) save(fam v1.IPFamily, table string) string {
+	e.t.Helper()
+	cmd := "iptables-save"
+	if fam == v1.IPv6Protocol {
+		cmd = "ip6tables-save"
+	}
+	out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, cmd, "-t", table)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(out)
+}
+
+// iptables runs iptables or ip6tables with args in node1.
+func (e *env) iptables(fam v1.IPFamily, args ...string) {
+	e.t.Helper()
+	cmd := "iptables"
+	if fam == v1.IPv6Protocol {
+		cmd = "ip6tables"
+	}
+	if _, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, append([]string{cmd, "-w"}, args...)...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// restore feeds iptables-restore (or ip6tables-restore) --noflush in node1.
+func (e *env) restore(fam v1.IPFamily, rules string) {
+	e.t.Helper()
+	cmd := "iptables-restore"
+	if fam == v1.IPv6Protocol {
+		cmd = "ip6tables-restore"
+	}
+	if _, err := e.c.NS(proxytest.Node1).ExecInput(e.ctx(30*time.Second), []byte(rules), cmd, "-w", "--noflush"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) dumpRules() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
+		if out, err := e.c.Exec(ctx, proxytest.Node1, cmd); err == nil {
+			e.t.Logf("%s in node1:\n%s", cmd, lastLines(string(out), 200))
+		}
+	}
+	if e.p.LogDir != "" {
+		logs, _ := filepath.Glob(filepath.Join(e.p.LogDir, "*.log"))
+		e.t.Logf("kproxy logs: %v", logs)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d lines omitted)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func families() []v1.IPFamily { return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} }

@@ -1,0 +1,388 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/netns/echo"
+)
+
+// service builds a scenario Service and its slices as manifest objects.
+func (e *env) service(name string, index int, opts []proxytest.ServiceOption, eps ...proxytest.EP) (*v1.Service, []any) {
+	e.t.Helper()
+	svc := e.top.Service(name, index, opts...)
+	slices, err := e.top.Slices(svc, eps...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	objs := []any{svc}
+	for _, s := range slices {
+		objs = append(objs, s)
+	}
+	return svc, objs
+}
+
+// clusterIP returns a Service's ClusterIP:ServicePort of one family.
+func clusterIP(svc *v1.Service, fam v1.IPFamily) netip.AddrPort {
+	for _, a := range ServiceAddrs(svc) {
+		if (fam == v1.IPv4Protocol) == a.Addr().Is4() {
+			return a
+		}
+	}
+	return netip.AddrPort{}
+}
+
+// probe makes one new connection from client-1.
+func (e *env) probe(ctx context.Context, proto string, addr netip.AddrPort, opts echo.ProbeOptions) echo.Result {
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Second
+	}
+	return e.c.Probe(ctx, proxytest.Client1, proto, addr, opts)
+}
+
+// TestDistribution: 3 endpoints, 300 new connections per family → each
+// endpoint gets between 20% and 47% of them.
+func TestDistribution(t *testing.T) {
+	backends := []string{proxytest.PodA1, proxytest.PodB1, proxytest.PodB2}
+	var objs []any
+	top := proxytest.Default()
+	svc := top.Service("dist", 100)
+	slices, err := top.Slices(svc, proxytest.Ready(backends...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, svc, slices[0], slices[1])
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: objs})
+	ctx := e.ctx(2 * time.Minute)
+	const n = 300
+	for _, fam := range families() {
+		t.Run(string(fam), func(t *testing.T) {
+			addr := clusterIP(svc, fam)
+			counts := map[string]int{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 4)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					r := e.probe(ctx, "tcp", addr, echo.ProbeOptions{})
+					mu.Lock()
+					defer mu.Unlock()
+					if r.Outcome != echo.Answer {
+						counts["<"+string(r.Outcome)+">"]++
+						return
+					}
+					counts[r.Reply.Name]++
+				}()
+			}
+			wg.Wait()
+			t.Logf("%d connections to %s: %v", n, addr, counts)
+			for _, b := range backends {
+				share := float64(counts[b]) / n
+				if share < 0.20 || share > 0.47 {
+					t.Errorf("%s got %.1f%% of the connections, want 20%%..47%%", b, 100*share)
+				}
+			}
+			if len(counts) != len(backends) {
+				t.Errorf("answers from %v, want only %v", counts, backends)
+			}
+		})
+	}
+}
+
+// TestEndpointChurn: an endpoint removed gets no new connection 2 s after the
+// manifest change; added back, it is reachable within 2 s.
+func TestEndpointChurn(t *testing.T) {
+	all := []string{proxytest.PodA1, proxytest.PodB1, proxytest.PodB2}
+	top := proxytest.Default()
+	svc := top.Service("churn", 101)
+	objects := func(pods ...string) []any {
+		slices, err := top.Slices(svc, proxytest.Ready(pods...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []any{svc, slices[0], slices[1]}
+	}
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: objects(all...)})
+	ctx := e.ctx(2 * time.Minute)
+	const victim = proxytest.PodB2
+	addrs := []netip.AddrPort{clusterIP(svc, v1.IPv4Protocol), clusterIP(svc, v1.IPv6Protocol)}
+
+	// Before: the victim answers some of the connections.
+	if _, ok := e.until(ctx, addrs, 5*time.Second, func(r echo.Result) bool { return r.Reply.Name == victim }); !ok {
+		t.Fatalf("%s never answered before the change", victim)
+	}
+
+	// Removed: track the last connection that still reached it.
+	e.write("objects.yaml", objects(proxytest.PodA1, proxytest.PodB1)...)
+	t0 := time.Now()
+	var last time.Time
+	probes := 0
+	for i := 0; time.Since(t0) < 3*time.Second; i++ {
+		r := e.probe(ctx, "tcp", addrs[i%2], echo.ProbeOptions{})
+		probes++
+		if r.Outcome != echo.Answer {
+			t.Errorf("connection %d after the removal: %v", i, r)
+			continue
+		}
+		if r.Reply.Name == victim {
+			last = time.Now()
+		}
+	}
+	if last.IsZero() {
+		t.Logf("removed endpoint got none of %d connections after the change", probes)
+	} else {
+		t.Logf("removed endpoint got its last connection %v after the change (%d probes)", last.Sub(t0).Round(time.Millisecond), probes)
+		if last.Sub(t0) > 2*time.Second {
+			t.Errorf("removed endpoint still reached %v after the change, want < 2s", last.Sub(t0))
+		}
+	}
+
+	// Added back: reachable within 2 s.
+	e.write("objects.yaml", objects(all...)...)
+	t1 := time.Now()
+	at, ok := e.until(ctx, addrs, 5*time.Second, func(r echo.Result) bool { return r.Reply.Name == victim })
+	if !ok {
+		t.Fatalf("re-added endpoint not reached within 5s")
+	}
+	t.Logf("re-added endpoint reached %v after the change", at.Sub(t1).Round(time.Millisecond))
+	if at.Sub(t1) > 2*time.Second {
+		t.Errorf("re-added endpoint first reached %v after the change, want <= 2s", at.Sub(t1))
+	}
+}
+
+// until makes new TCP connections (alternating addrs) until ok accepts an
+// answer or limit passes; it returns when that happened. Each connection
+// waits at most 200ms, so the time is measured to about that.
+func (e *env) until(ctx context.Context, addrs []netip.AddrPort, limit time.Duration, ok func(echo.Result) bool) (time.Time, bool) {
+	deadline := time.Now().Add(limit)
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		r := e.probe(ctx, "tcp", addrs[i%len(addrs)], echo.ProbeOptions{Timeout: 200 * time.Millisecond})
+		if r.Outcome == echo.Answer && ok(r) {
+			return time.Now(), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// TestUDPConntrack: a UDP client that keeps its source port follows an
+// endpoint change (stale conntrack entries are flushed), and reaches a
+// Service that gets its first endpoint.
+func TestUDPConntrack(t *testing.T) {
+	top := proxytest.Default()
+	moving := top.Service("udp-move", 102)
+	first := top.Service("udp-first", 103)
+	slicesOf := func(svc *v1.Service, pods ...string) []any {
+		slices, err := top.Slices(svc, proxytest.Ready(pods...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []any{svc, slices[0], slices[1]}
+	}
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: append(slicesOf(moving, proxytest.PodB1), slicesOf(first)...)})
+	ctx := e.ctx(2 * time.Minute)
+
+	// Fixed client ports, one per family and case.
+	base := 20000 + rand.IntN(20000)
+	port := func(i int) int { return base + i }
+
+	// Steady state: each fixed-port client reaches pod-b1 / is rejected.
+	for i, fam := range families() {
+		r := e.probe(ctx, "udp", clusterIP(moving, fam), echo.ProbeOptions{LocalPort: port(i)})
+		if r.Outcome != echo.Answer || r.Reply.Name != proxytest.PodB1 {
+			t.Fatalf("%s before the change: %v, want an answer from pod-b1", fam, r)
+		}
+		r = e.probe(ctx, "udp", clusterIP(first, fam), echo.ProbeOptions{LocalPort: port(2 + i)})
+		if r.Outcome != echo.Rejected {
+			t.Fatalf("%s to a Service without endpoints: %v, want rejected", fam, r)
+		}
+	}
+
+	// Move udp-move to pod-b2 and give udp-first its first endpoint.
+	e.write("objects.yaml", append(slicesOf(moving, proxytest.PodB2), slicesOf(first, proxytest.PodA1)...)...)
+	t0 := time.Now()
+	for i, fam := range families() {
+		for _, tc := range []struct {
+			svc  *v1.Service
+			port int
+			want string
+		}{{moving, port(i), proxytest.PodB2}, {first, port(2 + i), proxytest.PodA1}} {
+			var last echo.Result
+			reached := false
+			for time.Since(t0) < 5*time.Second && ctx.Err() == nil {
+				last = e.probe(ctx, "udp", clusterIP(tc.svc, fam), echo.ProbeOptions{LocalPort: tc.port, Timeout: 300 * time.Millisecond})
+				if last.Outcome == echo.Answer && last.Reply.Name == tc.want {
+					reached = true
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !reached {
+				t.Errorf("%s %s from fixed port %d: still %v 5s after the change, want %s", fam, tc.svc.Name, tc.port, last, tc.want)
+				continue
+			}
+			t.Logf("%s %s: fixed-port client reached %s %v after the change", fam, tc.svc.Name, tc.want, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	if time.Since(t0) > 2*time.Second+500*time.Millisecond {
+		t.Errorf("UDP clients needed %v to follow the change, want about 2s", time.Since(t0))
+	}
+}
+
+// TestRestart: kproxy stopped (SIGTERM) or killed (SIGKILL) and started again
+// → established TCP connections survive and new connections succeed
+// throughout: the rules stay in place while kproxy is down.
+func TestRestart(t *testing.T) {
+	top := proxytest.Default()
+	svc := top.Service("restart", 104, proxytest.WithNodePort())
+	slices, err := top.Slices(svc, proxytest.Ready(proxytest.PodA1, proxytest.PodB1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: []any{svc, slices[0], slices[1]}})
+	ctx := e.ctx(3 * time.Minute)
+
+	// Established connections, one per family.
+	var conns []net.Conn
+	for _, fam := range families() {
+		addr := clusterIP(svc, fam)
+		var conn net.Conn
+		if err := e.c.NS(proxytest.Client1).Do(func() error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr.String())
+			conn = c
+			return err
+		}); err != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conns = append(conns, conn)
+	}
+	exchange := func(step string) {
+		t.Helper()
+		for i, c := range conns {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			r := echo.Exchange(cctx, c, fmt.Sprintf("%s-%d", step, i))
+			cancel()
+			if r.Outcome != echo.Answer {
+				t.Errorf("established connection %d %s: %v", i, step, r)
+			}
+		}
+	}
+	exchange("before")
+
+	// New connections all along, from a pod and from outside (NodePort).
+	stop := make(chan struct{})
+	var failures []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	count := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		node1, _ := top.Node(proxytest.Node1)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			fam := families()[i%2]
+			var r echo.Result
+			if i%4 < 2 {
+				r = e.probe(ctx, "tcp", clusterIP(svc, fam), echo.ProbeOptions{})
+			} else {
+				r = e.c.Probe(ctx, proxytest.Outside, "tcp", netip.AddrPortFrom(node1.Addr(fam), uint16(svc.Spec.Ports[0].NodePort)), echo.ProbeOptions{Timeout: time.Second})
+			}
+			mu.Lock()
+			count++
+			if r.Outcome != echo.Answer {
+				failures = append(failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), r))
+			}
+			mu.Unlock()
+		}
+	}()
+
+	for _, how := range []string{"SIGTERM", "SIGKILL"} {
+		var err error
+		if how == "SIGTERM" {
+			err = e.p.Stop(10 * time.Second)
+		} else {
+			err = e.p.Kill()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", how, err)
+		}
+		time.Sleep(time.Second) // down for a while
+		exchange("while down after " + how)
+		e.start()
+		time.Sleep(time.Second) // and up for a while
+		exchange("after restart after " + how)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d new connections during two restarts, %d failed", count, len(failures))
+	for _, f := range failures {
+		t.Errorf("new connection failed: %s", f)
+	}
+}
+
+// TestFlushedChainsRestored: someone flushes the nat and filter tables (and,
+// second, also deletes every user chain, the canary included) → kproxy
+// restores its rules within one syncPeriod.
+func TestFlushedChainsRestored(t *testing.T) {
+	const syncPeriod = 5 * time.Second
+	top := proxytest.Default()
+	svc := top.Service("flush", 105)
+	slices, err := top.Slices(svc, proxytest.Ready(proxytest.PodB1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: []any{svc, slices[0], slices[1]},
+		extra: []string{"--iptables-sync-period", syncPeriod.String()}})
+	ctx := e.ctx(2 * time.Minute)
+	addrs := []netip.AddrPort{clusterIP(svc, v1.IPv4Protocol), clusterIP(svc, v1.IPv6Protocol)}
+	for _, tc := range []struct {
+		name string
+		args [][]string
+	}{
+		{"flush", [][]string{{"-t", "nat", "-F"}, {"-t", "filter", "-F"}}},
+		{"flush and delete chains", [][]string{{"-t", "nat", "-F"}, {"-t", "filter", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-X"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, fam := range families() {
+				for _, a := range tc.args {
+					e.iptables(fam, a...)
+				}
+			}
+			t0 := time.Now()
+			// The flush broke the Service (otherwise the test proves nothing)...
+			if r := e.probe(ctx, "tcp", addrs[0], echo.ProbeOptions{Timeout: 300 * time.Millisecond}); r.Outcome == echo.Answer && time.Since(t0) < 200*time.Millisecond {
+				t.Logf("note: the Service answered right after the flush (%v); kproxy may have resynced already", r)
+			}
+			// ...and comes back within one syncPeriod.
+			for _, addr := range addrs {
+				at, ok := e.until(ctx, []netip.AddrPort{addr}, syncPeriod+5*time.Second, func(r echo.Result) bool { return r.Reply.Name == proxytest.PodB1 })
+				if !ok {
+					t.Fatalf("%s not restored %v after the flush", addr, syncPeriod+5*time.Second)
+				}
+				t.Logf("%s restored %v after the flush", addr, at.Sub(t0).Round(time.Millisecond))
+				if at.Sub(t0) > syncPeriod+time.Second {
+					t.Errorf("%s restored after %v, want within one syncPeriod (%v)", addr, at.Sub(t0), syncPeriod)
+				}
+			}
+		})
+	}
+}
