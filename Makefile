@@ -32,12 +32,14 @@ clean:
 # test-kernel: the real-kernel suites of the Linux backend (network
 # namespaces, kproxy as a process, real TCP/UDP traffic). Needs root,
 # iproute2 and iptables; without them the tests skip, and under CI=true that
-# is a failure. One package at a time: they measure latencies.
+# is a failure. One package at a time: they measure latencies. The e2e suite
+# runs twice, on iptables-nft and on iptables-legacy.
 .PHONY: test-kernel demo
 test: test-kernel
 
 test-kernel:
 	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/netns/... ./platform/linux/e2e/...
+	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m ./platform/linux/e2e/
 
 # demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
 # spread over three pods, an endpoint removed (root; installs iproute2 and

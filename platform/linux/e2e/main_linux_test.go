@@ -72,10 +72,48 @@ type envOptions struct {
 	noStart bool
 }
 
+// FlavourEnv selects the iptables flavour of the e2e tests: "nft" (the
+// default) or "legacy". Each test seeds node1 with a host firewall rule
+// through that flavour's tools, so kproxy (which follows the flavour the
+// host already uses) picks it, and checks that kproxy never touches the
+// other one.
+const FlavourEnv = "KPROXY_E2E_FLAVOUR"
+
+func flavour() string {
+	if os.Getenv(FlavourEnv) == "legacy" {
+		return "legacy"
+	}
+	return "nft"
+}
+
+func otherFlavour() string {
+	if flavour() == "legacy" {
+		return "nft"
+	}
+	return "legacy"
+}
+
+// tool names an iptables tool of the test's flavour: kind is "", "-save" or "-restore".
+func tool(fam v1.IPFamily, kind string) string { return toolOf(fam, flavour(), kind) }
+
+func toolOf(fam v1.IPFamily, flav, kind string) string {
+	base := "iptables"
+	if fam == v1.IPv6Protocol {
+		base = "ip6tables"
+	}
+	return base + "-" + flav + kind
+}
+
 // requireKernel skips or fails (CI=true) without root, tools or the kproxy binary.
 func requireKernel(t *testing.T) {
 	t.Helper()
-	netns.Require(t, "iptables", "ip6tables", "iptables-save", "ip6tables-save")
+	var tools []string
+	for _, fam := range families() {
+		for _, kind := range []string{"", "-save", "-restore"} {
+			tools = append(tools, tool(fam, kind))
+		}
+	}
+	netns.Require(t, tools...)
 	if kproxyBuildErr != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true: building kproxy: %v", kproxyBuildErr)
@@ -90,13 +128,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	c := netns.New(t, netns.Options{EchoBinary: echoBin})
 	e := &env{t: t, c: c, dir: t.TempDir(), top: c.Topology}
 	e.p = &Proxy{Cluster: c, Binary: kproxyBin, ManifestDir: e.dir, LogDir: t.TempDir(), Config: o.config, Extra: o.extra}
-	ctx := e.ctx(30 * time.Second)
-	// A FORWARD policy of DROP, as many hosts have: Service traffic must
-	// still be forwarded (kproxy accepts it).
-	for _, cmd := range []string{"iptables", "ip6tables"} {
-		if _, err := c.Exec(ctx, proxytest.Node1, cmd, "-w", "-P", "FORWARD", "DROP"); err != nil {
-			t.Fatal(err)
-		}
+	// A host firewall in the test's iptables flavour: a FORWARD policy of
+	// DROP, as many hosts have (Service traffic must still be forwarded:
+	// kproxy accepts it), and one rule, which makes this flavour the one the
+	// host "already uses".
+	for _, fam := range families() {
+		e.iptables(fam, "-P", "FORWARD", "DROP")
+		e.iptables(fam, "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
 	}
 	svc, slices, err := Sentinel(e.top)
 	if err != nil {
@@ -146,13 +184,24 @@ func (e *env) write(name string, objs ...any) {
 	}
 }
 
-// start starts kproxy and waits until the sentinel answers in both families.
+// start starts kproxy and waits until the sentinel answers in both families;
+// it then checks that kproxy programmed the test's iptables flavour and left
+// the other one alone.
 func (e *env) start() {
 	e.t.Helper()
 	if err := e.p.Start(); err != nil {
 		e.t.Fatal(err)
 	}
 	e.waitReady()
+	for _, fam := range families() {
+		if save := e.save(fam, "nat"); !strings.Contains(save, ":KPROXY-") {
+			e.t.Errorf("%s: no KPROXY chains in %s nat", fam, tool(fam, "-save"))
+		}
+		out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, toolOf(fam, otherFlavour(), "-save"))
+		if err == nil && strings.Contains(string(out), "KPROXY-") {
+			e.t.Errorf("%s: kproxy mixed flavours: %s shows KPROXY rules:\n%s", fam, toolOf(fam, otherFlavour(), "-save"), lastLines(string(out), 20))
+		}
+	}
 }
 
 func (e *env) waitReady() {
@@ -175,40 +224,30 @@ func (e *env) waitReady() {
 	e.t.Logf("kproxy run %d programmed the sentinel in %v", e.p.runs, time.Since(begin).Round(time.Millisecond))
 }
 
-// save returns iptables-save (or ip6tables-save) of one table in node1.
+// save returns iptables-save (or ip6tables-save) of one table in node1, in
+// the test's flavour.
 func (e *env) save(fam v1.IPFamily, table string) string {
 	e.t.Helper()
-	cmd := "iptables-save"
-	if fam == v1.IPv6Protocol {
-		cmd = "ip6tables-save"
-	}
-	out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, cmd, "-t", table)
+	out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, tool(fam, "-save"), "-t", table)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return string(out)
 }
 
-// iptables runs iptables or ip6tables with args in node1.
+// iptables runs iptables or ip6tables (of the test's flavour) with args in node1.
 func (e *env) iptables(fam v1.IPFamily, args ...string) {
 	e.t.Helper()
-	cmd := "iptables"
-	if fam == v1.IPv6Protocol {
-		cmd = "ip6tables"
-	}
-	if _, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, append([]string{cmd, "-w"}, args...)...); err != nil {
+	if _, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, append([]string{tool(fam, ""), "-w"}, args...)...); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-// restore feeds iptables-restore (or ip6tables-restore) --noflush in node1.
+// restore feeds iptables-restore (or ip6tables-restore) --noflush of the
+// test's flavour in node1.
 func (e *env) restore(fam v1.IPFamily, rules string) {
 	e.t.Helper()
-	cmd := "iptables-restore"
-	if fam == v1.IPv6Protocol {
-		cmd = "ip6tables-restore"
-	}
-	if _, err := e.c.NS(proxytest.Node1).ExecInput(e.ctx(30*time.Second), []byte(rules), cmd, "-w", "--noflush"); err != nil {
+	if _, err := e.c.NS(proxytest.Node1).ExecInput(e.ctx(30*time.Second), []byte(rules), tool(fam, "-restore"), "-w", "--noflush"); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -216,7 +255,8 @@ func (e *env) restore(fam v1.IPFamily, rules string) {
 func (e *env) dumpRules() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
+	for _, fam := range families() {
+		cmd := tool(fam, "-save")
 		if out, err := e.c.Exec(ctx, proxytest.Node1, cmd); err == nil {
 			e.t.Logf("%s in node1:\n%s", cmd, lastLines(string(out), 200))
 		}
