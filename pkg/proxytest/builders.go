@@ -105,6 +105,18 @@ func WithLoadBalancer() ServiceOption {
 	}
 }
 
+// WithIPModeProxy marks the LoadBalancer ingress IPs ipMode Proxy: the load
+// balancer delivers to the node with its own address as destination, so the
+// node must not capture the ingress IPs. Apply after WithLoadBalancer.
+func WithIPModeProxy() ServiceOption {
+	return func(_ *Topology, svc *v1.Service, _ int) {
+		for i := range svc.Status.LoadBalancer.Ingress {
+			mode := v1.LoadBalancerIPModeProxy
+			svc.Status.LoadBalancer.Ingress[i].IPMode = &mode
+		}
+	}
+}
+
 // WithExternalIPs gives the Service one externalIP per family.
 func WithExternalIPs() ServiceOption {
 	return func(t *Topology, svc *v1.Service, index int) {

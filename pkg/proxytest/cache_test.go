@@ -66,6 +66,18 @@ func TestTableAgreesWithCache(t *testing.T) {
 				eps, which = sp.ExternalEndpoints(), "external"
 			}
 			got := podNames(top, eps)
+			if r.Target == proxytest.TargetLoadBalancerIP && len(sp.LoadBalancerIPs) == 0 {
+				if r.Expect.Outcome != proxytest.Dropped {
+					t.Errorf("the cache captures no LoadBalancer IP (ipMode Proxy): row should expect a drop")
+				}
+				return
+			}
+			if r.Target == proxytest.TargetSecondaryNodePort && r.Config().NodePortAddresses == "primary" {
+				if r.Expect.Outcome != proxytest.Rejected {
+					t.Errorf("NodePorts only on primary IPs: the secondary address should refuse")
+				}
+				return
+			}
 			if r.Target == proxytest.TargetLoadBalancerIP && len(sp.LoadBalancerSourceRanges) > 0 && !inAny(sp.LoadBalancerSourceRanges, from.Addr(r.Family)) {
 				if r.Expect.Outcome != proxytest.Dropped {
 					t.Errorf("client %s is outside loadBalancerSourceRanges %v: row should expect a drop", from.Addr(r.Family), sp.LoadBalancerSourceRanges)

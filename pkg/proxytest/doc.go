@@ -25,7 +25,7 @@
 // ...): a dual-stack Service built by Topology.Service from a unique index
 // (which fixes its ClusterIPs, NodePort, externalIPs and LoadBalancer IPs),
 // its EndpointSlices built by Topology.Slices, and the proxy Config it needs
-// (--cluster-cidr, --masquerade-all). Cases never share names, indexes or
+// (--cluster-cidr, --masquerade-all, --nodeport-addresses). Cases never share names, indexes or
 // addresses, so a runner may load every case of one Config at once.
 //
 // A Row is one probe of a case:
@@ -37,8 +37,9 @@
 //	Protocol  TCP or UDP; each Service has one port of each (ServicePort)
 //	Family    IPv4 or IPv6
 //	Target    clusterip | nodeport (node1's IP) | localhost-nodeport
-//	          (127.0.0.1, IPv4 only) | externalip | lbip; Row.Address
-//	          resolves it to ip:port from the case's Service
+//	          (127.0.0.1, IPv4 only) | secondary-nodeport (node1's pod
+//	          gateway address) | externalip | lbip; Row.Address resolves it
+//	          to ip:port from the case's Service
 //	Attempts  new connections to make, each from a fresh source port
 //	Expect    Outcome answer | rejected | dropped; for answer, Backends (the
 //	          pods that may answer every attempt), Source (client: not

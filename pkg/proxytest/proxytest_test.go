@@ -105,8 +105,8 @@ func TestTableConsistent(t *testing.T) {
 			t.Errorf("config %s has no rows", c)
 		}
 	}
-	if len(tb.Configs()) != 3 {
-		t.Errorf("configs = %v, want default, masquerade-all and no-cluster-cidr", tb.Configs())
+	if len(tb.Configs()) != 4 {
+		t.Errorf("configs = %v, want default, masquerade-all, nodeport-addresses=primary and no-cluster-cidr", tb.Configs())
 	}
 }
 
@@ -147,6 +147,7 @@ func TestRowAddress(t *testing.T) {
 		{"externalip/outside->externalip/TCP/IPv4", "192.168.60.3:80"},
 		{"loadbalancer/outside->lbip/UDP/IPv6", "[fd00:70::4]:80"},
 		{"loadbalancer/outside->nodeport/TCP/IPv4", "192.168.50.1:30004"},
+		{"nodeport-addresses-all/client-1->secondary-nodeport/UDP/IPv6", "[fd00:10:244:1::1]:30022"},
 	} {
 		t.Run(tc.row, func(t *testing.T) {
 			got, err := findRow(t, tb, tc.row).Address(tb.Topology)

@@ -30,6 +30,9 @@ type Config struct {
 	ClusterCIDR bool
 	// MasqueradeAll masquerades all traffic to ClusterIPs (--masquerade-all).
 	MasqueradeAll bool
+	// NodePortAddresses is the --nodeport-addresses value ("" for the
+	// default, every local address; "primary" for the node's primary IPs).
+	NodePortAddresses string
 }
 
 // String renders the config as a short name (used in row and test names).
@@ -42,6 +45,9 @@ func (c Config) String() string {
 	}
 	if c.MasqueradeAll {
 		parts = append(parts, "masquerade-all")
+	}
+	if c.NodePortAddresses != "" {
+		parts = append(parts, "nodeport-addresses="+c.NodePortAddresses)
 	}
 	return strings.Join(parts, ",")
 }
@@ -57,6 +63,9 @@ const (
 	TargetNodePort Target = "nodeport"
 	// TargetLocalhostNodePort is 127.0.0.1 on the NodePort (IPv4 only), from the proxy node.
 	TargetLocalhostNodePort Target = "localhost-nodeport"
+	// TargetSecondaryNodePort is the proxy node's other local address (its
+	// pod gateway address, not its primary node IP) on the NodePort.
+	TargetSecondaryNodePort Target = "secondary-nodeport"
 	// TargetExternalIP is the Service's externalIP of the row's family, on ServicePort.
 	TargetExternalIP Target = "externalip"
 	// TargetLoadBalancerIP is the Service's LoadBalancer ingress IP of the row's family, on ServicePort.
@@ -193,7 +202,7 @@ func (r Row) Address(t *Topology) (netip.AddrPort, error) {
 		}
 		a, err := pick("LoadBalancer IP", ips)
 		return netip.AddrPortFrom(a, uint16(port.Port)), err
-	case TargetNodePort, TargetLocalhostNodePort:
+	case TargetNodePort, TargetLocalhostNodePort, TargetSecondaryNodePort:
 		if port.NodePort == 0 {
 			return netip.AddrPort{}, fmt.Errorf("row %s: service %s port %s has no NodePort", r.Name, svc.Name, port.Name)
 		}
@@ -206,6 +215,9 @@ func (r Row) Address(t *Topology) (netip.AddrPort, error) {
 		node, ok := t.Node(t.ProxyNode)
 		if !ok {
 			return netip.AddrPort{}, fmt.Errorf("row %s: topology has no proxy node %q", r.Name, t.ProxyNode)
+		}
+		if r.Target == TargetSecondaryNodePort {
+			return netip.AddrPortFrom(node.Gateway(r.Family), uint16(port.NodePort)), nil
 		}
 		return netip.AddrPortFrom(node.Addr(r.Family), uint16(port.NodePort)), nil
 	}

@@ -23,6 +23,7 @@ type Table struct {
 const (
 	reasonWindowsSourceRanges = "HNS load balancers cannot filter by source address (loadBalancerSourceRanges)"
 	reasonWindowsLocalhost    = "Windows has no localhost NodePorts (they rely on Linux route_localnet)"
+	reasonWindowsNodePortAddr = "HNS NodePorts listen on every node address (no nodePortAddresses)"
 )
 
 // New builds the behaviour table over the Default topology.
@@ -315,6 +316,26 @@ func (b *tableBuilder) build() {
 		"--masquerade-all: even pod traffic to a ClusterIP is masqueraded.",
 		nil, Ready(local, remote),
 		on(Client1, TargetClusterIP, answer(SourceNode, local, remote)),
+	)
+	b.addCase(22, "nodeport-addresses-all", def,
+		"Default --nodeport-addresses: NodePorts answer on every local address of the node.",
+		opts(WithNodePort()), Ready(local, remote),
+		on(Client1, TargetSecondaryNodePort, answer(SourceNode, local, remote)),
+	)
+	b.addCase(23, "nodeport-addresses-primary", Config{ClusterCIDR: true, NodePortAddresses: "primary"},
+		"--nodeport-addresses=primary: NodePorts answer on the node's primary IPs only; "+
+			"another local address refuses (nothing listens there).",
+		opts(WithNodePort()), Ready(local, remote),
+		on(Client1, TargetNodePort, answer(SourceNode, local, remote)),
+		on(Outside, TargetNodePort, answer(SourceNode, local, remote)),
+		on(Client1, TargetSecondaryNodePort, rejected(), unsupportedOn(Windows, reasonWindowsNodePortAddr)),
+	)
+	b.addCase(24, "lb-ipmode-proxy", def,
+		"LoadBalancer ingress IPs with ipMode Proxy are not captured by the node (the load balancer "+
+			"proxies to the node's own address); their NodePort still works.",
+		opts(WithLoadBalancer(), WithIPModeProxy()), Ready(local, remote),
+		on(Outside, TargetLoadBalancerIP, dropped()),
+		on(Outside, TargetNodePort, answer(SourceNode, local, remote)),
 	)
 	noCIDR := Config{}
 	b.addCase(20, "no-cluster-cidr", noCIDR,

@@ -32,7 +32,7 @@ type Proxy struct {
 	ManifestDir string
 	// LogDir receives one log file per run ("kproxy-<n>.log"), if set.
 	LogDir string
-	// Config selects --cluster-cidr and --masquerade-all.
+	// Config selects --cluster-cidr, --masquerade-all and --nodeport-addresses.
 	Config proxytest.Config
 	// Extra flags appended to every run.
 	Extra []string
@@ -65,6 +65,9 @@ func (p *Proxy) Argv() []string {
 	}
 	if p.Config.MasqueradeAll {
 		args = append(args, "--masquerade-all")
+	}
+	if p.Config.NodePortAddresses != "" {
+		args = append(args, "--nodeport-addresses", p.Config.NodePortAddresses)
 	}
 	return append(args, p.Extra...)
 }
