@@ -24,6 +24,12 @@ const (
 	reasonWindowsSourceRanges = "HNS load balancers cannot filter by source address (loadBalancerSourceRanges)"
 	reasonWindowsLocalhost    = "Windows has no localhost NodePorts (they rely on Linux route_localnet)"
 	reasonWindowsNodePortAddr = "HNS NodePorts listen on every node address (no nodePortAddresses)"
+	reasonWindowsSecondary    = "HNS NodePort load balancers answer on the node IP, not on the node's other local addresses"
+	// The following come from the fake-HNS resolver of platform/windows.
+	reasonWindowsNoReject        = "HNS cannot reject: a service port without endpoints has no load balancer, so traffic is dropped, not refused"
+	reasonWindowsNoShortCircuit  = "HNS keeps one endpoint set per frontend: pods and the node reaching an externalTrafficPolicy Local frontend get the local endpoints, not the cluster-wide ones"
+	reasonWindowsClusterIPRouted = "HNS applies ClusterIP load balancers to traffic from this node's pods and the node itself, not to traffic routed in from outside"
+	reasonWindowsMasqueradeAll   = "--masquerade-all has no HNS equivalent: pod sources stay unmasqueraded"
 )
 
 // New builds the behaviour table over the Default topology.
@@ -262,8 +268,8 @@ func (b *tableBuilder) build() {
 		opts(WithNodePort(), WithExternalIPs(), WithExternalLocal()), Ready(remote),
 		on(Outside, TargetNodePort, dropped()),
 		on(Outside, TargetExternalIP, dropped()),
-		on(Client1, TargetExternalIP, answer(SourceClient, remote)),
-		on(Node1, TargetNodePort, answer(SourceAny, remote)),
+		on(Client1, TargetExternalIP, answer(SourceClient, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Node1, TargetNodePort, answer(SourceAny, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
 	)
 	b.addCase(11, "itp-local", def,
 		"internalTrafficPolicy Local: ClusterIP traffic reaches only endpoints on this node.",
@@ -279,11 +285,11 @@ func (b *tableBuilder) build() {
 	b.addCase(13, "no-endpoints", def,
 		"No endpoints at all: every frontend rejects at once.",
 		opts(WithLoadBalancer(), WithExternalIPs()), nil,
-		on(Client1, TargetClusterIP, rejected()),
-		on(Node1, TargetClusterIP, rejected()),
-		on(Outside, TargetNodePort, rejected()),
-		on(Outside, TargetExternalIP, rejected()),
-		on(Outside, TargetLoadBalancerIP, rejected()),
+		on(Client1, TargetClusterIP, rejected(), unsupportedOn(Windows, reasonWindowsNoReject)),
+		on(Node1, TargetClusterIP, rejected(), unsupportedOn(Windows, reasonWindowsNoReject)),
+		on(Outside, TargetNodePort, rejected(), unsupportedOn(Windows, reasonWindowsNoReject)),
+		on(Outside, TargetExternalIP, rejected(), unsupportedOn(Windows, reasonWindowsNoReject)),
+		on(Outside, TargetLoadBalancerIP, rejected(), unsupportedOn(Windows, reasonWindowsNoReject)),
 	)
 	b.addCase(14, "terminating-fallback", def,
 		"Only serving terminating endpoints: traffic falls back to them.",
@@ -309,18 +315,18 @@ func (b *tableBuilder) build() {
 	b.addCase(18, "cluster-cidr-masquerade", def,
 		"--cluster-cidr set: a ClusterIP reached from outside the cluster CIDR is masqueraded, pods are not.",
 		nil, Ready(local),
-		on(Outside, TargetClusterIP, answer(SourceNode, local)),
+		on(Outside, TargetClusterIP, answer(SourceNode, local), unsupportedOn(Windows, reasonWindowsClusterIPRouted)),
 		on(Client1, TargetClusterIP, answer(SourceClient, local)),
 	)
 	b.addCase(19, "masquerade-all", Config{ClusterCIDR: true, MasqueradeAll: true},
 		"--masquerade-all: even pod traffic to a ClusterIP is masqueraded.",
 		nil, Ready(local, remote),
-		on(Client1, TargetClusterIP, answer(SourceNode, local, remote)),
+		on(Client1, TargetClusterIP, answer(SourceNode, local, remote), unsupportedOn(Windows, reasonWindowsMasqueradeAll)),
 	)
 	b.addCase(22, "nodeport-addresses-all", def,
 		"Default --nodeport-addresses: NodePorts answer on every local address of the node.",
 		opts(WithNodePort()), Ready(local, remote),
-		on(Client1, TargetSecondaryNodePort, answer(SourceNode, local, remote)),
+		on(Client1, TargetSecondaryNodePort, answer(SourceNode, local, remote), unsupportedOn(Windows, reasonWindowsSecondary)),
 	)
 	b.addCase(23, "nodeport-addresses-primary", Config{ClusterCIDR: true, NodePortAddresses: "primary"},
 		"--nodeport-addresses=primary: NodePorts answer on the node's primary IPs only; "+
@@ -341,7 +347,7 @@ func (b *tableBuilder) build() {
 	b.addCase(20, "no-cluster-cidr", noCIDR,
 		"Without --cluster-cidr: a ClusterIP reached from outside is not masqueraded.",
 		nil, Ready(local),
-		on(Outside, TargetClusterIP, answer(SourceClient, local)),
+		on(Outside, TargetClusterIP, answer(SourceClient, local), unsupportedOn(Windows, reasonWindowsClusterIPRouted)),
 	)
 	b.addCase(21, "no-cluster-cidr-etp-local", noCIDR,
 		"Without --cluster-cidr pods cannot be told from external clients: pod traffic to an "+
