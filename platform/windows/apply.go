@@ -62,6 +62,11 @@ func (b *Backend) do(op *Op) error {
 	case OpKindCreateEndpoint:
 		return b.createEndpoint(op.Endpoint)
 	case OpKindDeleteEndpoint:
+		if op.Replacing {
+			// The address gets a new endpoint ID: no recorded load balancer
+			// may be trusted on its spec alone from now on.
+			b.rec.idGen++
+		}
 		return b.deleteEndpoint(op.OldEndpoint)
 	case OpKindCreateLB:
 		return b.createLB(op.LB)
@@ -85,7 +90,7 @@ func (b *Backend) createEndpoint(spec *EndpointSpec) error {
 	if len(out.IPConfigurations) == 0 { // keep what we asked for
 		o.Remote, o.ProviderAddress, o.Name = spec.Remote(), spec.ProviderAddress, spec.Name()
 	}
-	b.rec.Endpoints[spec.IP] = o
+	b.rec.setEndpoint(o)
 	return nil
 }
 
@@ -145,7 +150,7 @@ func (b *Backend) record(id string, spec *LBSpec, ids []string) {
 		sorted[i] = strings.ToLower(id)
 	}
 	sort.Strings(sorted)
-	b.rec.LoadBalancers[spec.slot] = &ObservedLB{ID: id, Spec: spec, EndpointIDs: sorted}
+	b.rec.LoadBalancers[spec.slot] = &ObservedLB{ID: id, Spec: spec, EndpointIDs: sorted, Slot: spec.slot, gen: b.rec.idGen}
 }
 
 func (b *Backend) createLB(want *LBSpec) error {

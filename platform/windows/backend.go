@@ -144,6 +144,8 @@ type Backend struct {
 	lastRecheck  time.Time
 	// warned holds the (Service, reason) pairs already reported.
 	warned map[warnKey]bool
+	// plans memoizes per-port planning across syncs.
+	plans *PlanCache
 }
 
 var (
@@ -196,6 +198,7 @@ func New(opts Options) (*Backend, error) {
 		needList:     true,
 		missingLocal: make(map[netip.Addr]bool),
 		warned:       make(map[warnKey]bool),
+		plans:        NewPlanCache(),
 	}
 	if opts.HNS != nil {
 		b.hns = instrumented{hns: opts.HNS, m: opts.Metrics, clock: opts.Clock}
@@ -230,7 +233,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 	}
 	for pass := 1; ; pass++ {
 		facts := b.facts(snap)
-		plan := BuildPlan(facts, snap.Family(b.opts.Family))
+		plan := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
 		if plan.Err != nil {
 			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, plan.Err)
 		}
@@ -348,7 +351,7 @@ func (b *Backend) refreshEndpoints() error {
 	fresh := Observe(b.opts.Family, b.rec.NetworkID, eps, nil)
 	for ip, ep := range fresh.Endpoints {
 		if old := b.rec.Endpoints[ip]; old == nil || (old.Remote && !ep.Remote) {
-			b.rec.Endpoints[ip] = ep
+			b.rec.setEndpoint(ep)
 		}
 	}
 	return nil

@@ -150,8 +150,8 @@ func sortedStrings(s []string) []string {
 // balancers and endpoints a FakeHNS holds, under this model of HNS (VFP):
 //   - a load balancer matches a connection by protocol, family, frontend VIP
 //     and external port; a load balancer without frontend VIP (a NodePort)
-//     matches the node's own address, and from the node itself only with the
-//     LocalRoutedVIP flag;
+//     matches every address of the node, and from the node itself only with
+//     the LocalRoutedVIP flag;
 //   - load balancers without the VIPExternalIP flag (ClusterIPs) apply to
 //     traffic from this node's pods and from the node, not to traffic routed
 //     in from elsewhere;
@@ -199,7 +199,7 @@ func (r *hnsResolver) resolve(row proxytest.Row) ([]proxytest.Observation, []str
 		external := pm.Flags&PortFlagVIPExternalIP != 0
 		switch {
 		case len(c.FrontendVIPs) == 0:
-			if dst.Addr() != node.Addr(row.Family) || !external || (isNode && pm.Flags&PortFlagLocalRoutedVIP == 0) {
+			if !r.topo.IsNodeAddr(r.topo.ProxyNode, dst.Addr()) || !external || (isNode && pm.Flags&PortFlagLocalRoutedVIP == 0) {
 				continue
 			}
 		case c.FrontendVIPs[0] != dst.Addr().String():

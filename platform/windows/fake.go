@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -30,12 +31,16 @@ type FakeHNS struct {
 	networks  map[string]*Network // by ID
 	endpoints map[string]*Endpoint
 	lbs       map[string]*LoadBalancer
-	nextID    int
-	calls     map[string]int
-	total     int
-	failAt    map[int]error      // absolute call number → error
-	failOp    map[string][]error // operation → queued errors
-	down      int                // >0: the next down calls fail as "restarting"; <0: until Up
+	// Indexes, kept by the add/remove helpers below.
+	epByID   map[string]string          // lower-case ID → key in endpoints
+	epByAddr map[string]string          // network + "/" + address → endpoint key
+	lbBySlot map[string]map[string]bool // slot → load balancer IDs
+	nextID   int
+	calls    map[string]int
+	total    int
+	failAt   map[int]error      // absolute call number → error
+	failOp   map[string][]error // operation → queued errors
+	down     int                // >0: the next down calls fail as "restarting"; <0: until Up
 }
 
 var _ HNS = (*FakeHNS)(nil)
@@ -47,6 +52,9 @@ func NewFakeHNS(v Version) *FakeHNS {
 		networks:  make(map[string]*Network),
 		endpoints: make(map[string]*Endpoint),
 		lbs:       make(map[string]*LoadBalancer),
+		epByID:    make(map[string]string),
+		epByAddr:  make(map[string]string),
+		lbBySlot:  make(map[string]map[string]bool),
 		calls:     make(map[string]int),
 		failAt:    make(map[int]error),
 		failOp:    make(map[string][]error),
@@ -86,6 +94,55 @@ func (f *FakeHNS) begin(op string) error {
 	return nil
 }
 
+// --- indexes (f.mu held) ---
+
+func (f *FakeHNS) putEndpoint(ep *Endpoint) {
+	f.endpoints[ep.ID] = ep
+	f.epByID[strings.ToLower(ep.ID)] = ep.ID
+	for _, ip := range ep.IPs() {
+		f.epByAddr[ep.HostComputeNetwork+"/"+ip.String()] = ep.ID
+	}
+}
+
+func (f *FakeHNS) dropEndpoint(key string) {
+	ep := f.endpoints[key]
+	if ep == nil {
+		return
+	}
+	delete(f.endpoints, key)
+	delete(f.epByID, strings.ToLower(key))
+	for _, ip := range ep.IPs() {
+		if k := ep.HostComputeNetwork + "/" + ip.String(); f.epByAddr[k] == key {
+			delete(f.epByAddr, k)
+		}
+	}
+}
+
+func (f *FakeHNS) putLB(lb *LoadBalancer) {
+	if old := f.lbs[lb.ID]; old != nil {
+		f.dropLB(lb.ID)
+	}
+	f.lbs[lb.ID] = lb
+	if len(lb.PortMappings) > 0 {
+		slot := fakeSlot(lb)
+		if f.lbBySlot[slot] == nil {
+			f.lbBySlot[slot] = make(map[string]bool)
+		}
+		f.lbBySlot[slot][lb.ID] = true
+	}
+}
+
+func (f *FakeHNS) dropLB(id string) {
+	lb := f.lbs[id]
+	if lb == nil {
+		return
+	}
+	delete(f.lbs, id)
+	if len(lb.PortMappings) > 0 {
+		delete(f.lbBySlot[fakeSlot(lb)], id)
+	}
+}
+
 // --- failure injection and call counts ---
 
 // FailCall makes the nth call from now (1 = the next one) fail with err.
@@ -122,9 +179,10 @@ func (f *FakeHNS) Restart() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lbs = make(map[string]*LoadBalancer)
+	f.lbBySlot = make(map[string]map[string]bool)
 	for id, ep := range f.endpoints {
 		if ep.IsRemote() {
-			delete(f.endpoints, id)
+			f.dropEndpoint(id)
 		}
 	}
 }
@@ -195,7 +253,7 @@ func (f *FakeHNS) RecreateNetwork(networkID string) string {
 	delete(f.networks, networkID)
 	for id, ep := range f.endpoints {
 		if ep.HostComputeNetwork == networkID {
-			delete(f.endpoints, id)
+			f.dropEndpoint(id)
 		}
 	}
 	c := *n
@@ -210,11 +268,11 @@ func (f *FakeHNS) AddLocalEndpoint(networkID string, ip netip.Addr, name string)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := f.newID()
-	f.endpoints[id] = &Endpoint{
+	f.putEndpoint(&Endpoint{
 		ID: id, Name: name, HostComputeNetwork: networkID,
 		IPConfigurations: []IPConfig{{IPAddress: ip.String()}},
 		MacAddress:       fmt.Sprintf("00-15-5d-%02x-%02x-%02x", f.nextID>>16&0xff, f.nextID>>8&0xff, f.nextID&0xff),
-	}
+	})
 	return id
 }
 
@@ -225,7 +283,7 @@ func (f *FakeHNS) AddEndpoint(ep Endpoint) string {
 	if ep.ID == "" {
 		ep.ID = f.newID()
 	}
-	f.endpoints[ep.ID] = cloneEndpoint(&ep)
+	f.putEndpoint(cloneEndpoint(&ep))
 	return ep.ID
 }
 
@@ -233,7 +291,7 @@ func (f *FakeHNS) AddEndpoint(ep Endpoint) string {
 func (f *FakeHNS) RemoveEndpoint(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.endpoints, id)
+	f.dropEndpoint(f.endpointKey(id))
 }
 
 // AddLoadBalancer adds a load balancer without checks (a leftover, possibly
@@ -244,7 +302,7 @@ func (f *FakeHNS) AddLoadBalancer(lb LoadBalancer) string {
 	if lb.ID == "" {
 		lb.ID = f.newID()
 	}
-	f.lbs[lb.ID] = cloneLB(&lb)
+	f.putLB(cloneLB(&lb))
 	return lb.ID
 }
 
@@ -252,7 +310,7 @@ func (f *FakeHNS) AddLoadBalancer(lb LoadBalancer) string {
 func (f *FakeHNS) RemoveLoadBalancer(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.lbs, id)
+	f.dropLB(id)
 }
 
 // LoadBalancers returns copies of every load balancer, sorted by ID.
@@ -403,22 +461,15 @@ func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, err
 	if len(ips) == 0 {
 		return nil, fakeErr(OpCreateEndpoint, CodeInvalidArg, "endpoint without a valid IP address")
 	}
-	for _, other := range f.endpoints {
-		if other.HostComputeNetwork != networkID {
-			continue
-		}
-		for _, a := range other.IPs() {
-			for _, b := range ips {
-				if a == b {
-					return nil, fakeErr(OpCreateEndpoint, CodeAlreadyExists, "address %s is used by endpoint %s", a, other.ID)
-				}
-			}
+	for _, a := range ips {
+		if other, ok := f.epByAddr[networkID+"/"+a.String()]; ok {
+			return nil, fakeErr(OpCreateEndpoint, CodeAlreadyExists, "address %s is used by endpoint %s", a, other)
 		}
 	}
 	c := cloneEndpoint(ep)
 	c.ID = f.newID()
 	c.HostComputeNetwork = networkID
-	f.endpoints[c.ID] = c
+	f.putEndpoint(c)
 	return cloneEndpoint(c), nil
 }
 
@@ -440,18 +491,11 @@ func (f *FakeHNS) DeleteEndpoint(id string) error {
 			}
 		}
 	}
-	delete(f.endpoints, key)
+	f.dropEndpoint(key)
 	return nil
 }
 
-func (f *FakeHNS) endpointKey(id string) string {
-	for k := range f.endpoints {
-		if strings.EqualFold(k, id) {
-			return k
-		}
-	}
-	return ""
-}
+func (f *FakeHNS) endpointKey(id string) string { return f.epByID[strings.ToLower(id)] }
 
 // ListLoadBalancers implements HNS.
 func (f *FakeHNS) ListLoadBalancers() ([]LoadBalancer, error) {
@@ -476,7 +520,9 @@ func (f *FakeHNS) listLBs() []LoadBalancer {
 func fakeSlot(lb *LoadBalancer) string {
 	vips := append([]string(nil), lb.FrontendVIPs...)
 	sort.Strings(vips)
-	return fmt.Sprintf("%d/%d/%d/%s", lb.Flags&LBFlagIPv6, lb.PortMappings[0].Protocol, lb.PortMappings[0].ExternalPort, strings.Join(vips, ","))
+	pm := lb.PortMappings[0]
+	return strconv.Itoa(int(lb.Flags&LBFlagIPv6)) + "/" + strconv.Itoa(int(pm.Protocol)) + "/" +
+		strconv.Itoa(int(pm.ExternalPort)) + "/" + strings.Join(vips, ",")
 }
 
 // validateLB checks a load balancer as HNS would; skipID is the load balancer
@@ -498,10 +544,9 @@ func (f *FakeHNS) validateLB(op string, lb *LoadBalancer, skipID string) error {
 			return fakeErr(op, CodeEndpointNotFound, "endpoint %s not found", id)
 		}
 	}
-	slot := fakeSlot(lb)
-	for _, other := range f.lbs {
-		if other.ID != skipID && len(other.PortMappings) > 0 && fakeSlot(other) == slot {
-			return fakeErr(op, CodePortAlreadyExists, "port already used by load balancer %s", other.ID)
+	for other := range f.lbBySlot[fakeSlot(lb)] {
+		if other != skipID {
+			return fakeErr(op, CodePortAlreadyExists, "port already used by load balancer %s", other)
 		}
 	}
 	return nil
@@ -519,7 +564,7 @@ func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
 	}
 	c := cloneLB(lb)
 	c.ID = f.newID()
-	f.lbs[c.ID] = c
+	f.putLB(c)
 	return cloneLB(c), nil
 }
 
@@ -545,7 +590,7 @@ func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer
 	if f.version.Major == 15 && f.version.Minor == 4 {
 		c.HostComputeEndpoints = old.HostComputeEndpoints // the 15.4 bug
 	}
-	f.lbs[id] = c
+	f.putLB(c)
 	return cloneLB(c), nil
 }
 
@@ -559,7 +604,7 @@ func (f *FakeHNS) DeleteLoadBalancer(id string) error {
 	if f.lbs[id] == nil {
 		return fakeErr(OpDeleteLoadBalancer, CodeNotFound, "load balancer %s not found", id)
 	}
-	delete(f.lbs, id)
+	f.dropLB(id)
 	return nil
 }
 

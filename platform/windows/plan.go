@@ -90,47 +90,53 @@ type LBSpec struct {
 
 // finish computes the slot and the key; call after any field change.
 func (s *LBSpec) finish() *LBSpec {
-	var b strings.Builder
-	b.Grow(48 + 16*len(s.Endpoints))
+	b := make([]byte, 0, 64+16*len(s.Endpoints))
 	if s.Flags&LBFlagIPv6 != 0 {
-		b.WriteString("v6 ")
+		b = append(b, "v6 "...)
 	} else {
-		b.WriteString("v4 ")
+		b = append(b, "v4 "...)
 	}
-	b.WriteString(protocolName(s.Protocol))
-	b.WriteByte(' ')
+	b = append(b, protocolName(s.Protocol)...)
+	b = append(b, ' ')
 	if len(s.FrontendVIPs) == 0 {
-		b.WriteByte('*')
+		b = append(b, '*')
 	}
 	for i, v := range s.FrontendVIPs {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
 		if v.Is6() {
-			b.WriteByte('[')
-			b.WriteString(v.String())
-			b.WriteByte(']')
+			b = append(b, '[')
+			b = v.AppendTo(b)
+			b = append(b, ']')
 		} else {
-			b.WriteString(v.String())
+			b = v.AppendTo(b)
 		}
 	}
-	b.WriteByte(':')
-	b.WriteString(strconv.Itoa(int(s.ExternalPort)))
-	s.slot = b.String()
-	b.WriteString(" -> ")
-	b.WriteString(strconv.Itoa(int(s.InternalPort)))
-	fmt.Fprintf(&b, " flags=%d pflags=%d dist=%d src=", s.Flags, s.PortFlags, s.Distribution)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, uint64(s.ExternalPort), 10)
+	slotLen := len(b)
+	b = append(b, " -> "...)
+	b = strconv.AppendUint(b, uint64(s.InternalPort), 10)
+	b = append(b, " flags="...)
+	b = strconv.AppendUint(b, uint64(s.Flags), 10)
+	b = append(b, " pflags="...)
+	b = strconv.AppendUint(b, uint64(s.PortFlags), 10)
+	b = append(b, " dist="...)
+	b = strconv.AppendUint(b, uint64(s.Distribution), 10)
+	b = append(b, " src="...)
 	if s.SourceVIP.IsValid() {
-		b.WriteString(s.SourceVIP.String())
+		b = s.SourceVIP.AppendTo(b)
 	}
-	b.WriteString(" eps=")
+	b = append(b, " eps="...)
 	for i, e := range s.Endpoints {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(e.String())
+		b = e.AppendTo(b)
 	}
-	s.key = b.String()
+	s.key = string(b)
+	s.slot = s.key[:slotLen]
 	return s
 }
 
@@ -243,7 +249,16 @@ func RemoteMAC(ip netip.Addr) string {
 		h.Write(b)
 		b = h.Sum(nil)
 	}
-	return fmt.Sprintf("%s%02x-%02x-%02x-%02x", remoteMACPrefix, b[0], b[1], b[2], b[3])
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 17)
+	out = append(out, remoteMACPrefix...)
+	for i, c := range b[:4] {
+		if i > 0 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[c>>4], hex[c&0xf])
+	}
+	return string(out)
 }
 
 // Warning reasons: what HNS cannot do for a Service.
@@ -283,6 +298,21 @@ type Plan struct {
 	Warnings []Warning
 	// Err is set when no plan can be made (missing node facts); the rest is then empty.
 	Err error
+
+	// byIP indexes Endpoints (built by BuildPlan; nil for a hand-made plan).
+	byIP map[netip.Addr]*EndpointSpec
+}
+
+// endpointIndex returns the plan's endpoints by address.
+func (p *Plan) endpointIndex() map[netip.Addr]*EndpointSpec {
+	if p.byIP != nil && len(p.byIP) == len(p.Endpoints) {
+		return p.byIP
+	}
+	m := make(map[netip.Addr]*EndpointSpec, len(p.Endpoints))
+	for _, e := range p.Endpoints {
+		m[e.IP] = e
+	}
+	return m
 }
 
 // Errors a plan can carry.
@@ -292,8 +322,25 @@ var (
 	ErrNoIPv6      = errors.New("this HNS version does not support IPv6 load balancers (HNS 11.10+ needed)")
 )
 
+// PlanCache carries per-service-port planning results from one plan to the
+// next. A port's result is reused when the view holds the very same
+// *ServicePort (the cache keeps the pointer of a port that did not change)
+// and the facts are the same. A PlanCache is not safe for concurrent use.
+type PlanCache struct {
+	facts  string
+	ports  map[proxy.ServicePortName]*portResult
+	remote map[netip.Addr]*EndpointSpec
+}
+
+// NewPlanCache returns an empty cache.
+func NewPlanCache() *PlanCache { return &PlanCache{} }
+
 // BuildPlan computes the desired load balancers and endpoints for one family view.
-func BuildPlan(f *Facts, view *proxy.FamilyView) *Plan {
+func BuildPlan(f *Facts, view *proxy.FamilyView) *Plan { return BuildPlanCached(f, view, nil) }
+
+// BuildPlanCached is BuildPlan reusing (and refreshing) the per-port results
+// in c; a nil c plans every port.
+func BuildPlanCached(f *Facts, view *proxy.FamilyView, c *PlanCache) *Plan {
 	p := &Plan{Family: f.Family}
 	if view == nil || view.Len() == 0 {
 		return p
@@ -310,37 +357,75 @@ func BuildPlan(f *Facts, view *proxy.FamilyView) *Plan {
 		p.Err = ErrNoNodeIP
 		return p
 	}
-	b := &planner{
-		facts:   f,
-		overlay: overlay,
-		lbs:     make(map[string]*LBSpec, view.Len()*2),
-		eps:     make(map[netip.Addr]*EndpointSpec),
-		warned:  make(map[warnKey]int),
-		subnets: parseSubnets(f.Network.RemoteSubnets),
-		nodePAs: make(map[netip.Addr]bool),
+	var known map[netip.Addr]*EndpointSpec
+	if c != nil {
+		if key := fmt.Sprintf("%+v", *f); key != c.facts || c.ports == nil {
+			c.facts, c.ports, c.remote = key, make(map[proxy.ServicePortName]*portResult, view.Len()), make(map[netip.Addr]*EndpointSpec)
+		}
+		known = c.remote
 	}
-	for _, rs := range b.subnets {
-		b.nodePAs[rs.pa] = true
+	pl := newPortPlanner(f, known)
+	m := &merger{
+		lbs:    make(map[string]*LBSpec, view.Len()*2),
+		eps:    make(map[netip.Addr]*EndpointSpec, view.Len()*4),
+		warned: make(map[warnKey]bool),
 	}
 	if overlay {
-		b.addEndpoint(&EndpointSpec{IP: f.SourceVIP, Role: RoleSourceVIP, MAC: f.HostMAC})
+		m.endpoint(&EndpointSpec{IP: f.SourceVIP, Role: RoleSourceVIP, MAC: f.HostMAC})
+	}
+	var health []*LBSpec
+	var fresh map[proxy.ServicePortName]*portResult
+	if c != nil {
+		fresh = make(map[proxy.ServicePortName]*portResult, view.Len())
 	}
 	for _, sp := range view.Sorted() {
-		b.port(sp)
+		var res *portResult
+		if c != nil {
+			if old := c.ports[sp.Name]; old != nil && old.sp == sp {
+				res = old
+			}
+		}
+		if res == nil {
+			res = pl.plan(sp)
+		}
+		if fresh != nil {
+			fresh[sp.Name] = res
+		}
+		for _, e := range res.eps {
+			m.endpoint(e)
+		}
+		for _, w := range res.warnings {
+			m.warn(w)
+		}
+		for _, lb := range res.lbs {
+			m.lb(lb)
+		}
+		health = append(health, res.health...)
 	}
-	b.healthChecks()
+	if c != nil {
+		c.ports = fresh // forget the ports that are gone
+		if len(c.remote) > 2*len(m.eps)+1024 {
+			c.remote = make(map[netip.Addr]*EndpointSpec) // forget the addresses that are gone, now and then
+		}
+	}
+	// Health check load balancers last: a real service port always wins a
+	// frontend they would share.
+	for _, lb := range health {
+		m.lb(lb)
+	}
 
-	p.LoadBalancers = make([]*LBSpec, 0, len(b.lbs))
-	for _, lb := range b.lbs {
+	p.LoadBalancers = make([]*LBSpec, 0, len(m.lbs))
+	for _, lb := range m.lbs {
 		p.LoadBalancers = append(p.LoadBalancers, lb)
 	}
 	sort.Slice(p.LoadBalancers, func(i, j int) bool { return p.LoadBalancers[i].slot < p.LoadBalancers[j].slot })
-	p.Endpoints = make([]*EndpointSpec, 0, len(b.eps))
-	for _, e := range b.eps {
+	p.Endpoints = make([]*EndpointSpec, 0, len(m.eps))
+	for _, e := range m.eps {
 		p.Endpoints = append(p.Endpoints, e)
 	}
 	sort.Slice(p.Endpoints, func(i, j int) bool { return p.Endpoints[i].IP.Less(p.Endpoints[j].IP) })
-	p.Warnings = b.warnings
+	p.byIP = m.eps
+	p.Warnings = m.warnings
 	sort.SliceStable(p.Warnings, func(i, j int) bool {
 		a, c := p.Warnings[i], p.Warnings[j]
 		if a.Service != c.Service {
@@ -356,375 +441,56 @@ type warnKey struct {
 	reason string
 }
 
-type subnet struct {
-	prefix netip.Prefix
-	pa     netip.Addr
-}
-
-func parseSubnets(rs []RemoteSubnet) []subnet {
-	var out []subnet
-	for _, r := range rs {
-		pfx, err1 := netip.ParsePrefix(r.DestinationPrefix)
-		pa, err2 := netip.ParseAddr(r.ProviderAddress)
-		if err1 != nil || err2 != nil {
-			continue // a malformed route cannot match anything
-		}
-		out = append(out, subnet{prefix: pfx.Masked(), pa: pa.Unmap()})
-	}
-	// Longest prefix first, so the first match is the most specific.
-	sort.SliceStable(out, func(i, j int) bool { return out[i].prefix.Bits() > out[j].prefix.Bits() })
-	return out
-}
-
-type planner struct {
-	facts    *Facts
-	overlay  bool
+// merger assembles the per-port results into one plan.
+type merger struct {
 	lbs      map[string]*LBSpec
 	eps      map[netip.Addr]*EndpointSpec
-	subnets  []subnet
-	nodePAs  map[netip.Addr]bool // provider addresses: the other nodes' IPs
 	warnings []Warning
-	warned   map[warnKey]int
-	// pending health check load balancers, added after every service port.
-	health []*LBSpec
+	warned   map[warnKey]bool
 }
 
-func (b *planner) warn(svc types.NamespacedName, reason, format string, args ...any) {
-	k := warnKey{svc, reason}
-	if _, ok := b.warned[k]; ok {
+func (m *merger) warn(w Warning) {
+	k := warnKey{w.Service, w.Reason}
+	if !m.warned[k] {
+		m.warned[k] = true
+		m.warnings = append(m.warnings, w)
+	}
+}
+
+// endpoint adds a desired endpoint. The source and service VIP endpoints win
+// over a remote endpoint with the same address (a configuration error
+// outside kproxy's control).
+func (m *merger) endpoint(e *EndpointSpec) {
+	if old, ok := m.eps[e.IP]; ok && (old.Role != RoleRemote || e.Role == RoleRemote) {
 		return
 	}
-	b.warned[k] = len(b.warnings)
-	b.warnings = append(b.warnings, Warning{Service: svc, Reason: reason, Message: fmt.Sprintf(format, args...)})
+	m.eps[e.IP] = e
 }
 
-func (b *planner) addEndpoint(e *EndpointSpec) {
-	if _, ok := b.eps[e.IP]; !ok {
-		b.eps[e.IP] = e
-	}
-}
-
-func protocolNumber(p v1.Protocol) uint32 {
-	switch p {
-	case v1.ProtocolTCP:
-		return ProtocolTCP
-	case v1.ProtocolUDP:
-		return ProtocolUDP
-	case v1.ProtocolSCTP:
-		return ProtocolSCTP
-	}
-	return 0
-}
-
-func protocolName(p uint32) string {
-	switch p {
-	case ProtocolTCP:
-		return "TCP"
-	case ProtocolUDP:
-		return "UDP"
-	case ProtocolSCTP:
-		return "SCTP"
-	}
-	return "proto" + strconv.Itoa(int(p))
-}
-
-func (b *planner) familyOK(a netip.Addr) bool {
-	return a.IsValid() && a.Is6() == (b.facts.Family == v1.IPv6Protocol) && !a.Is4In6()
-}
-
-// backends is the endpoint set of one load balancer.
-type backends struct {
-	ips  []netip.Addr
-	port uint16
-	// nodeOrPublic: some remote backend is another node's IP or outside every
-	// remote subnet, so overlay load balancers must use the node IP as source.
-	nodeOrPublic bool
-}
-
-// backends turns the cache's endpoint list into load balancer backends:
-// valid addresses of the family, one target port (HNS load balancers have a
-// single internal port), at most MaxEndpointsPerLB. Remote backends become
-// desired remote endpoints.
-func (b *planner) backends(sp *proxy.ServicePort, eps []proxy.Endpoint) backends {
-	svc := sp.Name.NamespacedName
-	var out backends
-	if len(eps) == 0 {
-		return out
-	}
-	// The most common target port wins; ties go to the lowest port.
-	counts := make(map[int32]int, 1)
-	for _, e := range eps {
-		if b.familyOK(e.IP) && e.Port > 0 && e.Port <= 65535 {
-			counts[e.Port]++
-		}
-	}
-	var best int32
-	for port, n := range counts {
-		if n > counts[best] || (n == counts[best] && port < best) {
-			best = port
-		}
-	}
-	if len(counts) > 1 {
-		b.warn(svc, ReasonMixedTargetPorts,
-			"port %q: endpoints use %d different target ports; an HNS load balancer has one internal port, so only endpoints on port %d get traffic",
-			sp.Name.Port, len(counts), best)
-	}
-	out.port = uint16(best)
-	out.ips = make([]netip.Addr, 0, len(eps))
-	for _, e := range eps {
-		if !b.familyOK(e.IP) || e.Port <= 0 || e.Port > 65535 {
-			b.warn(svc, ReasonInvalidEndpoint, "port %q: endpoint %s skipped: address or port invalid for %s", sp.Name.Port, e.String(), b.facts.Family)
-			continue
-		}
-		if e.Port != best {
-			continue
-		}
-		if n := len(out.ips); n > 0 && out.ips[n-1] == e.IP {
-			continue // the cache sorts by address; one address once
-		}
-		if len(out.ips) == MaxEndpointsPerLB {
-			b.warn(svc, ReasonTooManyEndpoints,
-				"port %q: %d endpoints; HNS load balancers take at most %d, the rest get no traffic", sp.Name.Port, len(eps), MaxEndpointsPerLB)
-			break
-		}
-		out.ips = append(out.ips, e.IP)
-		if !e.Local {
-			if b.remote(e.IP) {
-				out.nodeOrPublic = true
-			}
-		}
-	}
-	return out
-}
-
-// remote registers a remote endpoint and reports whether its address is
-// another node's IP or outside every remote subnet (overlay only).
-func (b *planner) remote(ip netip.Addr) (nodeOrPublic bool) {
-	spec := &EndpointSpec{IP: ip, Role: RoleRemote, MAC: RemoteMAC(ip)}
-	if b.overlay {
-		switch {
-		case b.nodePAs[ip]:
-			spec.ProviderAddress = ip
-			nodeOrPublic = true
-		default:
-			spec.ProviderAddress = b.facts.NodeIP
-			nodeOrPublic = true
-			for _, s := range b.subnets {
-				if s.prefix.Contains(ip) {
-					spec.ProviderAddress = s.pa
-					nodeOrPublic = false
-					break
-				}
-			}
-		}
-	}
-	if old, ok := b.eps[ip]; ok && old.Role != RoleRemote {
-		// The address is also a service or source VIP: a configuration
-		// error outside our control; the VIP endpoint wins.
-		return nodeOrPublic
-	}
-	b.eps[ip] = spec
-	return nodeOrPublic
-}
-
-func (b *planner) sourceVIP(be backends) netip.Addr {
-	if !b.overlay {
-		return netip.Addr{}
-	}
-	if be.nodeOrPublic {
-		return b.facts.NodeIP
-	}
-	return b.facts.SourceVIP
-}
-
-// port plans the load balancers of one service port.
-func (b *planner) port(sp *proxy.ServicePort) {
-	f := b.facts
-	svc := sp.Name.NamespacedName
-	proto := protocolNumber(sp.Protocol)
-	switch {
-	case proto == 0:
-		b.warn(svc, ReasonInvalid, "port %q skipped: protocol %q is not TCP, UDP or SCTP", sp.Name.Port, sp.Protocol)
-		return
-	case !b.familyOK(sp.ClusterIP):
-		b.warn(svc, ReasonInvalid, "port %q skipped: clusterIP %q is not a valid %s address", sp.Name.Port, sp.ClusterIP, f.Family)
-		return
-	case sp.Port <= 0 || sp.Port > 65535:
-		b.warn(svc, ReasonInvalid, "port %q skipped: port %d out of range", sp.Name.Port, sp.Port)
-		return
-	case sp.NodePort < 0 || sp.NodePort > 65535:
-		b.warn(svc, ReasonInvalid, "port %q skipped: nodePort %d out of range", sp.Name.Port, sp.NodePort)
-		return
-	}
-
-	// What HNS cannot express.
-	if len(sp.LoadBalancerSourceRanges) > 0 {
-		b.warn(svc, ReasonSourceRangesIgnored,
-			"loadBalancerSourceRanges cannot be enforced by HNS load balancers: the LoadBalancer IPs accept traffic from every source")
-	}
-	dist := DistributionNone
-	if sp.AffinityTimeoutSeconds > 0 {
-		if f.Caps.SessionAffinity {
-			dist = DistributionSourceIP
-			if sp.AffinityTimeoutSeconds != defaultAffinitySeconds {
-				b.warn(svc, ReasonAffinityTimeoutIgnored,
-					"sessionAffinity ClientIP timeout %ds cannot be set on HNS load balancers; HNS keeps a client on one endpoint for as long as it sees its traffic",
-					sp.AffinityTimeoutSeconds)
-			}
-		} else {
-			b.warn(svc, ReasonAffinityUnsupported, "sessionAffinity ClientIP needs HNS 12.0 or later; connections are balanced without affinity")
-		}
-	}
-	extDSR := false
-	if sp.ExternalPolicyLocal && sp.ExternallyAccessible() {
-		if f.Caps.DSR {
-			extDSR = true
-		} else {
-			b.warn(svc, ReasonLocalPolicyWithoutDSR,
-				"externalTrafficPolicy Local without DSR support in HNS: traffic still goes only to endpoints on this node, but the client source IP is not preserved")
-		}
-	}
-	var famFlag LoadBalancerFlags
-	if f.Family == v1.IPv6Protocol {
-		famFlag = LBFlagIPv6
-	}
-
-	// ClusterIP.
-	internal := b.backends(sp, sp.InternalEndpoints())
-	if len(internal.ips) > 0 {
-		flags := famFlag
-		if f.EnableDSR && f.Caps.DSR {
-			flags |= LBFlagDSR
-		}
-		b.add(sp, &LBSpec{
-			Kind: KindClusterIP, FrontendVIPs: []netip.Addr{sp.ClusterIP}, SourceVIP: b.sourceVIP(internal),
-			Protocol: proto, InternalPort: internal.port, ExternalPort: uint16(sp.Port), Distribution: dist,
-			Flags: flags, Endpoints: internal.ips,
-		})
-		if b.overlay {
-			mac := f.HostMAC
-			if mac == "" {
-				mac = RemoteMAC(sp.ClusterIP) // a remote endpoint needs one
-			}
-			b.addEndpoint(&EndpointSpec{IP: sp.ClusterIP, Role: RoleServiceVIP, MAC: mac, ProviderAddress: f.NodeIP})
-		}
-	}
-	if !sp.ExternallyAccessible() {
-		return
-	}
-
-	// External frontends share one endpoint set.
-	var external backends
-	if sp.ExternalPolicyLocal == sp.InternalPolicyLocal {
-		external = internal
-	} else {
-		external = b.backends(sp, sp.ExternalEndpoints())
-	}
-	for _, ip := range sp.LoadBalancerIPs {
-		if b.familyOK(ip) {
-			// Even without endpoints here: the health server then tells the
-			// cloud load balancer to avoid this node.
-			b.healthCheck(sp, ip, famFlag)
-		}
-	}
-	if len(external.ips) == 0 {
-		return
-	}
-	flags := famFlag
-	if extDSR {
-		flags |= LBFlagDSR
-	}
-	src := b.sourceVIP(external)
-	mk := func(kind LBKind, vip netip.Addr, port int32, pflags PortMappingFlags) *LBSpec {
-		lb := &LBSpec{
-			Kind: kind, SourceVIP: src, Protocol: proto, InternalPort: external.port, ExternalPort: uint16(port),
-			Distribution: dist, PortFlags: pflags, Flags: flags, Endpoints: external.ips,
-		}
-		if vip.IsValid() {
-			lb.FrontendVIPs = []netip.Addr{vip}
-		}
-		return lb
-	}
-	if sp.NodePort > 0 {
-		b.add(sp, mk(KindNodePort, netip.Addr{}, sp.NodePort, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP))
-	}
-	for _, ip := range sp.ExternalIPs {
-		if !b.familyOK(ip) {
-			b.warn(svc, ReasonInvalid, "port %q: externalIP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
-			continue
-		}
-		b.add(sp, mk(KindExternalIP, ip, sp.Port, PortFlagVIPExternalIP))
-	}
-	for _, ip := range sp.LoadBalancerIPs {
-		if !b.familyOK(ip) {
-			b.warn(svc, ReasonInvalid, "port %q: LoadBalancer IP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
-			continue
-		}
-		b.add(sp, mk(KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP))
-	}
-}
-
-// healthCheck queues the load balancer that lets a cloud load balancer's
-// health probe to the ingress IP reach the node's health server.
-func (b *planner) healthCheck(sp *proxy.ServicePort, ip netip.Addr, famFlag LoadBalancerFlags) {
-	f := b.facts
-	if !f.ForwardHealthCheckVIP {
-		return
-	}
-	port := uint16(sp.HealthCheckNodePort)
-	if port == 0 {
-		port = f.HealthzPort
-	}
-	if port == 0 {
-		return
-	}
-	if !f.RootEndpointIP.IsValid() {
-		b.warn(sp.Name.NamespacedName, ReasonHealthCheckNotForwarded,
-			"forwardHealthCheckVip is set but the root HNS endpoint is not known: health checks to %s are not forwarded", ip)
-		return
-	}
-	lb := &LBSpec{
-		Kind: KindHealthCheck, Owners: []proxy.ServicePortName{sp.Name}, FrontendVIPs: []netip.Addr{ip},
-		Protocol: ProtocolTCP, InternalPort: port, ExternalPort: port, Flags: famFlag,
-		Endpoints: []netip.Addr{f.RootEndpointIP},
-	}
-	b.health = append(b.health, lb.finish())
-}
-
-// healthChecks adds the queued health check load balancers after every
-// service port, so a real service port always wins a conflicting frontend.
-func (b *planner) healthChecks() {
-	for _, lb := range b.health {
-		b.add(nil, lb)
-	}
-}
-
-// add places a load balancer in its slot. An identical load balancer already
-// there just gains an owner; a different one keeps the slot (the first service
-// port in name order wins) and the newcomer's Service gets a warning.
-func (b *planner) add(sp *proxy.ServicePort, lb *LBSpec) {
-	if lb.key == "" {
-		lb.finish()
-	}
-	if sp != nil {
-		lb.Owners = []proxy.ServicePortName{sp.Name}
-	}
-	old, ok := b.lbs[lb.slot]
+// lb places a load balancer in its slot. An identical load balancer already
+// there gains the owners (in a copy: per-port results are shared across
+// plans); a different one keeps the slot (the first service port in name
+// order wins) and the newcomer's Service gets a warning.
+func (m *merger) lb(lb *LBSpec) {
+	old, ok := m.lbs[lb.slot]
 	if !ok {
-		b.lbs[lb.slot] = lb
+		m.lbs[lb.slot] = lb
 		return
 	}
 	if old.key == lb.key {
+		merged := *old
+		merged.Owners = append([]proxy.ServicePortName(nil), old.Owners...)
 		for _, o := range lb.Owners {
-			if !containsOwner(old.Owners, o) {
-				old.Owners = append(old.Owners, o)
+			if !containsOwner(merged.Owners, o) {
+				merged.Owners = append(merged.Owners, o)
 			}
 		}
+		m.lbs[lb.slot] = &merged
 		return
 	}
 	for _, o := range lb.Owners {
-		b.warn(o.NamespacedName, ReasonFrontendConflict,
-			"%s frontend %s is already used by %s; this one is not programmed", lb.Kind, lb.slot, ownerNames(old.Owners))
+		m.warn(Warning{Service: o.NamespacedName, Reason: ReasonFrontendConflict,
+			Message: fmt.Sprintf("%s frontend %s is already used by %s; this one is not programmed", lb.Kind, lb.slot, ownerNames(old.Owners))})
 	}
 }
 

@@ -48,6 +48,9 @@ type Op struct {
 	OldEndpoint *ObservedEndpoint
 	// Why explains the operation, for logs and tests.
 	Why string
+	// Replacing marks the deletion of an endpoint that is created again
+	// (with other settings) later in the same reconciliation.
+	Replacing bool
 }
 
 func (o Op) String() string {
@@ -115,7 +118,7 @@ func (r *Reconciliation) Counts() map[OpKind]int {
 // deleted and created again. Reconcile does not modify plan or st.
 func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 	r := &Reconciliation{}
-	desiredEP := make(map[netip.Addr]*EndpointSpec, len(plan.Endpoints))
+	desiredEP := plan.endpointIndex()
 	var phase1, phase2, phase3, phase4, phase5 []Op
 
 	// Endpoints: create the missing, replace the remote ones whose provider
@@ -123,14 +126,13 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 	// usable ID yet.
 	fresh := make(map[netip.Addr]bool)
 	for _, spec := range plan.Endpoints {
-		desiredEP[spec.IP] = spec
 		cur := st.Endpoints[spec.IP]
 		switch {
 		case cur == nil:
 			phase2 = append(phase2, Op{Kind: OpKindCreateEndpoint, Endpoint: spec, Why: "missing"})
 			fresh[spec.IP] = true
 		case !cur.matches(spec):
-			phase1 = append(phase1, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: cur,
+			phase1 = append(phase1, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: cur, Replacing: true,
 				Why: fmt.Sprintf("provider address %s, want %s", cur.ProviderAddress, spec.ProviderAddress)})
 			phase2 = append(phase2, Op{Kind: OpKindCreateEndpoint, Endpoint: spec, Why: "replaces " + cur.ID})
 			fresh[spec.IP] = true
@@ -170,19 +172,24 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 	handled := make(map[*ObservedLB]bool)
 
 	// Load balancers, slot by slot.
-	referenced := make(map[netip.Addr]bool)
 	desiredSlots := make(map[string]bool, len(plan.LoadBalancers))
 	missing := make(map[netip.Addr]bool)
+	kept := make([]*LBSpec, 0, len(plan.LoadBalancers))
 	for _, want := range plan.LoadBalancers {
+		if cur := st.LoadBalancers[want.slot]; cur != nil && cur.Spec == want && cur.gen == st.idGen && !gone[want.slot] && len(orphansIn[want.slot]) == 0 {
+			// Recorded from this very spec, and no address has changed
+			// endpoint since: nothing to do (the common case, made cheap).
+			desiredSlots[want.slot] = true
+			kept = append(kept, want)
+			continue
+		}
 		want = resolvable(want, desiredEP, st, missing)
 		if len(want.Endpoints) == 0 {
 			r.Dropped = append(r.Dropped, want)
 			continue
 		}
 		desiredSlots[want.slot] = true
-		for _, ip := range want.Endpoints {
-			referenced[ip] = true
-		}
+		kept = append(kept, want)
 		for _, o := range orphansIn[want.slot] {
 			phase3 = append(phase3, Op{Kind: OpKindDeleteLB, Old: o, Why: o.Problem})
 			handled[o] = true
@@ -206,10 +213,15 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 	}
 
 	// Load balancers nothing wants.
-	for _, slot := range sortedSlots(st.LoadBalancers) {
+	var stale []string
+	for slot := range st.LoadBalancers {
 		if !desiredSlots[slot] && !gone[slot] {
-			phase4 = append(phase4, Op{Kind: OpKindDeleteLB, Old: st.LoadBalancers[slot], Why: "stale"})
+			stale = append(stale, slot)
 		}
+	}
+	sort.Strings(stale)
+	for _, slot := range stale {
+		phase4 = append(phase4, Op{Kind: OpKindDeleteLB, Old: st.LoadBalancers[slot], Why: "stale"})
 	}
 	for _, o := range st.Orphans {
 		if !handled[o] {
@@ -217,16 +229,26 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 		}
 	}
 
-	// Owned endpoints nothing references.
-	ips := make([]netip.Addr, 0, len(st.Endpoints))
-	for ip := range st.Endpoints {
-		ips = append(ips, ip)
+	// Owned endpoints nothing references (the references are only worked out
+	// when some owned endpoint is not wanted).
+	var unused []netip.Addr
+	for ip, ep := range st.Endpoints {
+		if desiredEP[ip] == nil && ep.Owned() {
+			unused = append(unused, ip)
+		}
 	}
-	sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
-	for _, ip := range ips {
-		ep := st.Endpoints[ip]
-		if ep.Owned() && desiredEP[ip] == nil && !referenced[ip] {
-			phase5 = append(phase5, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: ep, Why: "unused"})
+	if len(unused) > 0 {
+		referenced := make(map[netip.Addr]bool)
+		for _, lb := range kept {
+			for _, ip := range lb.Endpoints {
+				referenced[ip] = true
+			}
+		}
+		sort.Slice(unused, func(i, j int) bool { return unused[i].Less(unused[j]) })
+		for _, ip := range unused {
+			if !referenced[ip] {
+				phase5 = append(phase5, Op{Kind: OpKindDeleteEndpoint, OldEndpoint: st.Endpoints[ip], Why: "unused"})
+			}
 		}
 	}
 	for _, ep := range st.Shadowed {
@@ -285,7 +307,7 @@ func idsCurrent(cur *ObservedLB, want *LBSpec, st *State, fresh map[netip.Addr]b
 	if len(cur.EndpointIDs) != len(want.Endpoints) {
 		return false
 	}
-	ids := make([]string, 0, len(want.Endpoints))
+	// Same length, unique addresses with unique IDs: every ID present means equal sets.
 	for _, ip := range want.Endpoints {
 		if fresh[ip] {
 			return false
@@ -294,11 +316,7 @@ func idsCurrent(cur *ObservedLB, want *LBSpec, st *State, fresh map[netip.Addr]b
 		if ep == nil {
 			return false
 		}
-		ids = append(ids, ep.ID)
-	}
-	sort.Strings(ids)
-	for i := range ids {
-		if ids[i] != cur.EndpointIDs[i] {
+		if i := sort.SearchStrings(cur.EndpointIDs, ep.ID); i == len(cur.EndpointIDs) || cur.EndpointIDs[i] != ep.ID {
 			return false
 		}
 	}

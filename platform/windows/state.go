@@ -26,6 +26,20 @@ type State struct {
 	// local one, else the lowest ID; the others are in Shadowed.
 	Endpoints map[netip.Addr]*ObservedEndpoint
 	Shadowed  []*ObservedEndpoint
+
+	// idGen counts the times an address in Endpoints got another endpoint ID
+	// (adding or removing an address does not count). A load balancer
+	// recorded at the current idGen still holds the current IDs of its
+	// addresses.
+	idGen uint64
+}
+
+// setEndpoint records the endpoint of an address.
+func (st *State) setEndpoint(ep *ObservedEndpoint) {
+	if old := st.Endpoints[ep.IP]; old != nil && old.ID != ep.ID {
+		st.idGen++
+	}
+	st.Endpoints[ep.IP] = ep
 }
 
 // NewState returns an empty state for a network.
@@ -51,6 +65,8 @@ type ObservedLB struct {
 	// told): an orphan in a slot kproxy wants is deleted before the slot is
 	// programmed.
 	Slot string
+	// gen is the State's idGen when the backend recorded it (0 when observed).
+	gen uint64
 }
 
 // ObservedEndpoint is an endpoint that exists in HNS.

@@ -1,0 +1,415 @@
+package windows
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// portResult is what one service port contributes to a plan. Once built it
+// is never modified (a PlanCache shares it across plans).
+type portResult struct {
+	sp       *proxy.ServicePort
+	lbs      []*LBSpec
+	health   []*LBSpec
+	eps      []*EndpointSpec
+	warnings []Warning
+}
+
+// portPlanner plans service ports one at a time under fixed facts.
+type portPlanner struct {
+	facts   *Facts
+	overlay bool
+	subnets []subnet
+	nodePAs map[netip.Addr]bool // provider addresses: the other nodes' IPs
+
+	// known holds the remote endpoint specs made so far under these facts
+	// (shared by every port, and across plans through a PlanCache).
+	known map[netip.Addr]*EndpointSpec
+
+	// The port being planned.
+	res    *portResult
+	epSeen map[netip.Addr]*EndpointSpec
+}
+
+type subnet struct {
+	prefix netip.Prefix
+	pa     netip.Addr
+}
+
+func newPortPlanner(f *Facts, known map[netip.Addr]*EndpointSpec) *portPlanner {
+	if known == nil {
+		known = make(map[netip.Addr]*EndpointSpec)
+	}
+	pl := &portPlanner{
+		facts:   f,
+		overlay: f.Network.IsOverlay(),
+		subnets: parseSubnets(f.Network.RemoteSubnets),
+		nodePAs: make(map[netip.Addr]bool),
+		known:   known,
+	}
+	for _, rs := range pl.subnets {
+		pl.nodePAs[rs.pa] = true
+	}
+	return pl
+}
+
+func parseSubnets(rs []RemoteSubnet) []subnet {
+	var out []subnet
+	for _, r := range rs {
+		pfx, err1 := netip.ParsePrefix(r.DestinationPrefix)
+		pa, err2 := netip.ParseAddr(r.ProviderAddress)
+		if err1 != nil || err2 != nil {
+			continue // a malformed route cannot match anything
+		}
+		out = append(out, subnet{prefix: pfx.Masked(), pa: pa.Unmap()})
+	}
+	// Longest prefix first, so the first match is the most specific.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].prefix.Bits() > out[j].prefix.Bits() })
+	return out
+}
+
+func (b *portPlanner) warn(reason, format string, args ...any) {
+	for _, w := range b.res.warnings {
+		if w.Reason == reason {
+			return
+		}
+	}
+	b.res.warnings = append(b.res.warnings, Warning{Service: b.res.sp.Name.NamespacedName, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+func (b *portPlanner) addEndpoint(e *EndpointSpec) {
+	if _, ok := b.epSeen[e.IP]; !ok {
+		b.epSeen[e.IP] = e
+		b.res.eps = append(b.res.eps, e)
+	}
+}
+
+func protocolNumber(p v1.Protocol) uint32 {
+	switch p {
+	case v1.ProtocolTCP:
+		return ProtocolTCP
+	case v1.ProtocolUDP:
+		return ProtocolUDP
+	case v1.ProtocolSCTP:
+		return ProtocolSCTP
+	}
+	return 0
+}
+
+func protocolName(p uint32) string {
+	switch p {
+	case ProtocolTCP:
+		return "TCP"
+	case ProtocolUDP:
+		return "UDP"
+	case ProtocolSCTP:
+		return "SCTP"
+	}
+	return "proto" + strconv.Itoa(int(p))
+}
+
+func (b *portPlanner) familyOK(a netip.Addr) bool {
+	return a.IsValid() && a.Is6() == (b.facts.Family == v1.IPv6Protocol) && !a.Is4In6()
+}
+
+// backends is the endpoint set of one load balancer.
+type backends struct {
+	ips  []netip.Addr
+	port uint16
+	// nodeOrPublic: some remote backend is another node's IP or outside every
+	// remote subnet, so overlay load balancers must use the node IP as source.
+	nodeOrPublic bool
+}
+
+// backends turns the cache's endpoint list into load balancer backends:
+// valid addresses of the family, one target port (HNS load balancers have a
+// single internal port), at most MaxEndpointsPerLB. Remote backends become
+// desired remote endpoints.
+func (b *portPlanner) backends(sp *proxy.ServicePort, eps []proxy.Endpoint) backends {
+	var out backends
+	if len(eps) == 0 {
+		return out
+	}
+	// The most common target port wins; ties go to the lowest port.
+	best, ports := b.targetPort(eps)
+	if ports > 1 {
+		b.warn(ReasonMixedTargetPorts,
+			"port %q: endpoints use %d different target ports; an HNS load balancer has one internal port, so only endpoints on port %d get traffic",
+			sp.Name.Port, ports, best)
+	}
+	out.port = uint16(best)
+	out.ips = make([]netip.Addr, 0, len(eps))
+	for _, e := range eps {
+		if !b.familyOK(e.IP) || e.Port <= 0 || e.Port > 65535 {
+			b.warn(ReasonInvalidEndpoint, "port %q: endpoint %s skipped: address or port invalid for %s", sp.Name.Port, e.String(), b.facts.Family)
+			continue
+		}
+		if e.Port != best {
+			continue
+		}
+		if n := len(out.ips); n > 0 && out.ips[n-1] == e.IP {
+			continue // the cache sorts by address; one address once
+		}
+		if len(out.ips) == MaxEndpointsPerLB {
+			b.warn(ReasonTooManyEndpoints,
+				"port %q: %d endpoints; HNS load balancers take at most %d, the rest get no traffic", sp.Name.Port, len(eps), MaxEndpointsPerLB)
+			break
+		}
+		out.ips = append(out.ips, e.IP)
+		if !e.Local && b.remote(e.IP) {
+			out.nodeOrPublic = true
+		}
+	}
+	return out
+}
+
+// targetPort returns the most common valid port of eps (ties: the lowest)
+// and the number of distinct valid ports.
+func (b *portPlanner) targetPort(eps []proxy.Endpoint) (best int32, distinct int) {
+	valid := func(e *proxy.Endpoint) bool { return b.familyOK(e.IP) && e.Port > 0 && e.Port <= 65535 }
+	same := true
+	for i := range eps {
+		if !valid(&eps[i]) {
+			continue
+		}
+		if best == 0 {
+			best = eps[i].Port
+		} else if eps[i].Port != best {
+			same = false
+			break
+		}
+	}
+	if same {
+		if best == 0 {
+			return 0, 0
+		}
+		return best, 1
+	}
+	counts := make(map[int32]int, 2)
+	for i := range eps {
+		if valid(&eps[i]) {
+			counts[eps[i].Port]++
+		}
+	}
+	best = 0
+	for port, n := range counts {
+		if n > counts[best] || (n == counts[best] && port < best) {
+			best = port
+		}
+	}
+	return best, len(counts)
+}
+
+// remote registers a remote endpoint and reports whether its address is
+// another node's IP or outside every remote subnet (overlay only).
+func (b *portPlanner) remote(ip netip.Addr) (nodeOrPublic bool) {
+	if old, ok := b.epSeen[ip]; ok {
+		return b.overlay && old.Role == RoleRemote && (old.ProviderAddress == ip || old.ProviderAddress == b.facts.NodeIP)
+	}
+	if spec, ok := b.known[ip]; ok {
+		b.addEndpoint(spec)
+		return b.overlay && (spec.ProviderAddress == ip || spec.ProviderAddress == b.facts.NodeIP)
+	}
+	spec := &EndpointSpec{IP: ip, Role: RoleRemote, MAC: RemoteMAC(ip)}
+	b.known[ip] = spec
+	if b.overlay {
+		switch {
+		case b.nodePAs[ip]:
+			spec.ProviderAddress = ip
+			nodeOrPublic = true
+		default:
+			spec.ProviderAddress = b.facts.NodeIP
+			nodeOrPublic = true
+			for _, s := range b.subnets {
+				if s.prefix.Contains(ip) {
+					spec.ProviderAddress = s.pa
+					nodeOrPublic = false
+					break
+				}
+			}
+		}
+	}
+	b.addEndpoint(spec)
+	return nodeOrPublic
+}
+
+func (b *portPlanner) sourceVIP(be backends) netip.Addr {
+	if !b.overlay {
+		return netip.Addr{}
+	}
+	if be.nodeOrPublic {
+		return b.facts.NodeIP
+	}
+	return b.facts.SourceVIP
+}
+
+func (b *portPlanner) add(lb *LBSpec) {
+	lb.Owners = []proxy.ServicePortName{b.res.sp.Name}
+	b.res.lbs = append(b.res.lbs, lb.finish())
+}
+
+// plan plans the load balancers of one service port.
+func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
+	b.res = &portResult{sp: sp}
+	if b.epSeen == nil {
+		b.epSeen = make(map[netip.Addr]*EndpointSpec)
+	} else {
+		clear(b.epSeen)
+	}
+	f := b.facts
+	proto := protocolNumber(sp.Protocol)
+	switch {
+	case proto == 0:
+		b.warn(ReasonInvalid, "port %q skipped: protocol %q is not TCP, UDP or SCTP", sp.Name.Port, sp.Protocol)
+		return b.res
+	case !b.familyOK(sp.ClusterIP):
+		b.warn(ReasonInvalid, "port %q skipped: clusterIP %q is not a valid %s address", sp.Name.Port, sp.ClusterIP, f.Family)
+		return b.res
+	case sp.Port <= 0 || sp.Port > 65535:
+		b.warn(ReasonInvalid, "port %q skipped: port %d out of range", sp.Name.Port, sp.Port)
+		return b.res
+	case sp.NodePort < 0 || sp.NodePort > 65535:
+		b.warn(ReasonInvalid, "port %q skipped: nodePort %d out of range", sp.Name.Port, sp.NodePort)
+		return b.res
+	}
+
+	// What HNS cannot express.
+	if len(sp.LoadBalancerSourceRanges) > 0 {
+		b.warn(ReasonSourceRangesIgnored,
+			"loadBalancerSourceRanges cannot be enforced by HNS load balancers: the LoadBalancer IPs accept traffic from every source")
+	}
+	dist := DistributionNone
+	if sp.AffinityTimeoutSeconds > 0 {
+		if f.Caps.SessionAffinity {
+			dist = DistributionSourceIP
+			if sp.AffinityTimeoutSeconds != defaultAffinitySeconds {
+				b.warn(ReasonAffinityTimeoutIgnored,
+					"sessionAffinity ClientIP timeout %ds cannot be set on HNS load balancers; HNS keeps a client on one endpoint for as long as it sees its traffic",
+					sp.AffinityTimeoutSeconds)
+			}
+		} else {
+			b.warn(ReasonAffinityUnsupported, "sessionAffinity ClientIP needs HNS 12.0 or later; connections are balanced without affinity")
+		}
+	}
+	extDSR := false
+	if sp.ExternalPolicyLocal && sp.ExternallyAccessible() {
+		if f.Caps.DSR {
+			extDSR = true
+		} else {
+			b.warn(ReasonLocalPolicyWithoutDSR,
+				"externalTrafficPolicy Local without DSR support in HNS: traffic still goes only to endpoints on this node, but the client source IP is not preserved")
+		}
+	}
+	var famFlag LoadBalancerFlags
+	if f.Family == v1.IPv6Protocol {
+		famFlag = LBFlagIPv6
+	}
+
+	// ClusterIP.
+	internal := b.backends(sp, sp.InternalEndpoints())
+	if len(internal.ips) > 0 {
+		flags := famFlag
+		if f.EnableDSR && f.Caps.DSR {
+			flags |= LBFlagDSR
+		}
+		b.add(&LBSpec{
+			Kind: KindClusterIP, FrontendVIPs: []netip.Addr{sp.ClusterIP}, SourceVIP: b.sourceVIP(internal),
+			Protocol: proto, InternalPort: internal.port, ExternalPort: uint16(sp.Port), Distribution: dist,
+			Flags: flags, Endpoints: internal.ips,
+		})
+		if b.overlay {
+			mac := f.HostMAC
+			if mac == "" {
+				mac = RemoteMAC(sp.ClusterIP) // a remote endpoint needs one
+			}
+			b.addEndpoint(&EndpointSpec{IP: sp.ClusterIP, Role: RoleServiceVIP, MAC: mac, ProviderAddress: f.NodeIP})
+		}
+	}
+	if !sp.ExternallyAccessible() {
+		return b.res
+	}
+
+	// External frontends share one endpoint set.
+	var external backends
+	if sp.ExternalPolicyLocal == sp.InternalPolicyLocal {
+		external = internal
+	} else {
+		external = b.backends(sp, sp.ExternalEndpoints())
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		if b.familyOK(ip) {
+			// Even without endpoints here: the health server then tells the
+			// cloud load balancer to avoid this node.
+			b.healthCheck(sp, ip, famFlag)
+		}
+	}
+	if len(external.ips) == 0 {
+		return b.res
+	}
+	flags := famFlag
+	if extDSR {
+		flags |= LBFlagDSR
+	}
+	src := b.sourceVIP(external)
+	mk := func(kind LBKind, vip netip.Addr, port int32, pflags PortMappingFlags) *LBSpec {
+		lb := &LBSpec{
+			Kind: kind, SourceVIP: src, Protocol: proto, InternalPort: external.port, ExternalPort: uint16(port),
+			Distribution: dist, PortFlags: pflags, Flags: flags, Endpoints: external.ips,
+		}
+		if vip.IsValid() {
+			lb.FrontendVIPs = []netip.Addr{vip}
+		}
+		return lb
+	}
+	if sp.NodePort > 0 {
+		b.add(mk(KindNodePort, netip.Addr{}, sp.NodePort, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP))
+	}
+	for _, ip := range sp.ExternalIPs {
+		if !b.familyOK(ip) {
+			b.warn(ReasonInvalid, "port %q: externalIP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
+			continue
+		}
+		b.add(mk(KindExternalIP, ip, sp.Port, PortFlagVIPExternalIP))
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		if !b.familyOK(ip) {
+			b.warn(ReasonInvalid, "port %q: LoadBalancer IP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
+			continue
+		}
+		b.add(mk(KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP))
+	}
+	return b.res
+}
+
+// healthCheck adds the load balancer that lets a cloud load balancer's
+// health probe to the ingress IP reach the node's health server.
+func (b *portPlanner) healthCheck(sp *proxy.ServicePort, ip netip.Addr, famFlag LoadBalancerFlags) {
+	f := b.facts
+	if !f.ForwardHealthCheckVIP {
+		return
+	}
+	port := uint16(sp.HealthCheckNodePort)
+	if port == 0 {
+		port = f.HealthzPort
+	}
+	if port == 0 {
+		return
+	}
+	if !f.RootEndpointIP.IsValid() {
+		b.warn(ReasonHealthCheckNotForwarded,
+			"forwardHealthCheckVip is set but the root HNS endpoint is not known: health checks to %s are not forwarded", ip)
+		return
+	}
+	lb := &LBSpec{
+		Kind: KindHealthCheck, Owners: []proxy.ServicePortName{sp.Name}, FrontendVIPs: []netip.Addr{ip},
+		Protocol: ProtocolTCP, InternalPort: port, ExternalPort: port, Flags: famFlag,
+		Endpoints: []netip.Addr{f.RootEndpointIP},
+	}
+	b.res.health = append(b.res.health, lb.finish())
+}

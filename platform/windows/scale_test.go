@@ -1,0 +1,273 @@
+package windows
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// The scale cluster: 2,000 Services (one TCP port each; every fourth a
+// NodePort) with 10 endpoints each, drawn from 5,000 remote pod addresses
+// (10.244.2.0 - 10.244.21.x) plus 50 local pods (10.244.1.x).
+const (
+	scaleServices = 2000
+	scaleRemote   = 5000
+	scaleLocal    = 50
+	scalePerSvc   = 10
+)
+
+func scaleRemoteIP(i int) netip.Addr {
+	i %= scaleRemote
+	return netip.AddrFrom4([4]byte{10, 244, byte(2 + i/250), byte(1 + i%250)})
+}
+
+func scaleLocalIP(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, 244, 1, byte(10 + i%scaleLocal)})
+}
+
+// scalePort builds Service i; shift moves its remote endpoints along the
+// address list (a different shift is an endpoint change).
+func scalePort(i, shift int) *proxy.ServicePort {
+	var list []proxy.Endpoint
+	for k := 0; k < scalePerSvc-1; k++ {
+		list = append(list, proxy.Endpoint{IP: scaleRemoteIP(i*(scalePerSvc-1) + k + shift), Port: 8080, Ready: true, Serving: true})
+	}
+	list = append(list, proxy.Endpoint{IP: scaleLocalIP(i), Port: 8080, Ready: true, Serving: true, Local: true})
+	opts := []portOpt{eps(list...), named("ns", fmt.Sprintf("svc-%04d", i), "http")}
+	if i%4 == 0 {
+		opts = append(opts, nodePort(int32(30000+i)))
+	}
+	cip := netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(1 + i%250)})
+	return svcPort("x", v1.ProtocolTCP, cip.String(), 80, opts...)
+}
+
+func scaleSnapshot() (*proxy.Snapshot, []*proxy.ServicePort) {
+	ports := make([]*proxy.ServicePort, scaleServices)
+	for i := range ports {
+		ports[i] = scalePort(i, 0)
+	}
+	return snap([]string{"10.0.0.1"}, ports...), ports
+}
+
+func scaleHarness(tb testing.TB, n Network, v Version) (*FakeHNS, *Backend) {
+	f := NewFakeHNS(v)
+	net := f.AddNetwork(n)
+	for i := 0; i < scaleLocal; i++ {
+		f.AddLocalEndpoint(net, scaleLocalIP(i), fmt.Sprintf("pod-%d", i))
+	}
+	b, err := New(Options{HNS: f, NetworkName: n.Name, SourceVIP: mustAddr("10.244.1.250"),
+		Clock:      clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		Interfaces: func() ([]HostInterface, error) { return nil, nil }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f, b
+}
+
+var scaleNetworks = []Network{
+	{Name: "cbr0", Type: NetworkTypeL2Bridge},
+	{Name: "vxlan0", Type: NetworkTypeOverlay, RemoteSubnets: func() []RemoteSubnet {
+		var rs []RemoteSubnet
+		for n := 2; n < 2+scaleRemote/250+1; n++ {
+			rs = append(rs, RemoteSubnet{DestinationPrefix: fmt.Sprintf("10.244.%d.0/24", n), ProviderAddress: fmt.Sprintf("10.0.0.%d", n)})
+		}
+		return rs
+	}()},
+}
+
+// TestScaleCallCounts checks the HNS call budget on the scale cluster:
+// programming from scratch makes one call per object created (plus the one
+// listing of a first sync), a sync without change makes none, and one
+// endpoint change touches only the load balancers holding it plus one
+// endpoint.
+func TestScaleCallCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scale test")
+	}
+	for _, n := range scaleNetworks {
+		for _, v := range []Version{{15, 5}, {15, 4}} {
+			t.Run(fmt.Sprintf("%s/HNS-%s", n.Type, v), func(t *testing.T) {
+				f, b := scaleHarness(t, n, v)
+				s, ports := scaleSnapshot()
+				ctx := context.Background()
+				f.ResetCalls()
+				if err := b.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
+					t.Fatal(err)
+				}
+				c := f.Calls()
+				objects := c[OpCreateEndpoint] + c[OpCreateLoadBalancer]
+				listing := c[OpVersion] + c[OpGetNetwork] + c[OpListEndpoints] + c[OpListLoadBalancers]
+				wantLBs := scaleServices + scaleServices/4
+				wantEPs := scaleRemote
+				if n.Type == NetworkTypeOverlay {
+					wantEPs += scaleServices + 1 // service VIPs and the source VIP
+				}
+				if c[OpCreateLoadBalancer] != wantLBs || c[OpCreateEndpoint] != wantEPs {
+					t.Errorf("from scratch: %d load balancers and %d endpoints created, want %d and %d", c[OpCreateLoadBalancer], c[OpCreateEndpoint], wantLBs, wantEPs)
+				}
+				if total := f.TotalCalls(); total != objects+listing || listing != 4 {
+					t.Errorf("from scratch: %d calls for %d objects and %d listing calls (%s)", total, objects, listing, callsString(c))
+				}
+				t.Logf("from scratch: %d objects created with %d calls (%d of them the first listing)", objects, f.TotalCalls(), listing)
+
+				for _, ch := range []proxy.Changes{{}, {Full: true}} {
+					f.ResetCalls()
+					if err := b.Sync(ctx, s, ch); err != nil {
+						t.Fatal(err)
+					}
+					if f.TotalCalls() != 0 {
+						t.Errorf("no change (full=%v): %d calls (%s)", ch.Full, f.TotalCalls(), callsString(f.Calls()))
+					}
+				}
+
+				// Service 8 (a NodePort: two load balancers) loses one remote
+				// endpoint (other Services still use it).
+				changed := append([]*proxy.ServicePort(nil), ports...)
+				p := *ports[8]
+				p.ClusterEndpoints = p.ClusterEndpoints[1:]
+				changed[8] = &p
+				f.ResetCalls()
+				if err := b.Sync(ctx, snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
+					t.Fatal(err)
+				}
+				lbCalls := 2 // update in place
+				if !CapabilitiesFor(v).ModifyLoadBalancer {
+					lbCalls = 4 // delete and create
+				}
+				if got := f.TotalCalls(); got > lbCalls+1 {
+					t.Errorf("one endpoint removed: %d calls (%s), want at most %d", got, callsString(f.Calls()), lbCalls+1)
+				}
+				t.Logf("one endpoint removed from a NodePort Service: %s", callsString(f.Calls()))
+
+				// It gains an endpoint no other Service uses.
+				q := p
+				q.ClusterEndpoints = append([]proxy.Endpoint{{IP: mustAddr("10.244.250.1"), Port: 8080, Ready: true, Serving: true}}, p.ClusterEndpoints...)
+				changed[8] = &q
+				f.ResetCalls()
+				if err := b.Sync(ctx, snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
+					t.Fatal(err)
+				}
+				if got, c := f.TotalCalls(), f.Calls(); got > lbCalls+1 || c[OpCreateEndpoint] != 1 {
+					t.Errorf("one new endpoint: %d calls (%s), want one endpoint and at most %d in all", got, callsString(c), lbCalls+1)
+				}
+				t.Logf("one new endpoint in a NodePort Service: %s", callsString(f.Calls()))
+			})
+		}
+	}
+}
+
+// cpuMetric reports the process CPU time per operation ("cpu-ns/op")
+// from the moment it is called to the end of the benchmark.
+func cpuMetric(b *testing.B) func() {
+	start, ok := processCPU()
+	return func() {
+		if end, ok2 := processCPU(); ok && ok2 && b.N > 0 {
+			b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
+		}
+	}
+}
+
+// BenchmarkPlanReconcile measures planning and reconciling the scale cluster
+// against a record that matches it: "full" plans every port (a first sync,
+// or after node facts changed); "one-port-changed" is the steady state, where
+// the plan cache replans only the port that changed (each iteration flips
+// one Service's endpoints) and one load balancer needs an update.
+func BenchmarkPlanReconcile(b *testing.B) {
+	for _, n := range scaleNetworks {
+		b.Run(n.Type+"/full", func(b *testing.B) {
+			_, be := scaleHarness(b, n, hnsModern)
+			s, _ := scaleSnapshot()
+			if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+				b.Fatal(err)
+			}
+			facts := be.facts(s)
+			b.ReportAllocs()
+			b.ResetTimer()
+			defer cpuMetric(b)()
+			for i := 0; i < b.N; i++ {
+				plan := BuildPlan(facts, s.IPv4)
+				if r := Reconcile(plan, be.rec, true); !r.Empty() {
+					b.Fatalf("not in sync: %d operations", len(r.Ops))
+				}
+			}
+		})
+		b.Run(n.Type+"/one-port-changed", func(b *testing.B) {
+			_, be := scaleHarness(b, n, hnsModern)
+			s, ports := scaleSnapshot()
+			if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+				b.Fatal(err)
+			}
+			// Two snapshots that differ in Service 9's endpoint order only
+			// at the HNS level: the same endpoints, a new *ServicePort.
+			alt := append([]*proxy.ServicePort(nil), ports...)
+			p := *ports[9]
+			alt[9] = &p
+			snaps := []*proxy.Snapshot{s, snap([]string{"10.0.0.1"}, alt...)}
+			facts := be.facts(s)
+			cache := be.plans // the cache the record was programmed from
+			b.ReportAllocs()
+			b.ResetTimer()
+			defer cpuMetric(b)()
+			for i := 0; i < b.N; i++ {
+				plan := BuildPlanCached(facts, snaps[i%2].IPv4, cache)
+				if r := Reconcile(plan, be.rec, true); !r.Empty() {
+					b.Fatalf("not in sync: %d operations", len(r.Ops))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSyncNoChange measures a whole Sync with a full change set and
+// nothing to do (the runner's periodic full sync).
+func BenchmarkSyncNoChange(b *testing.B) {
+	f, be := scaleHarness(b, scaleNetworks[0], hnsModern)
+	s, _ := scaleSnapshot()
+	ctx := context.Background()
+	if err := be.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
+		b.Fatal(err)
+	}
+	f.ResetCalls()
+	b.ReportAllocs()
+	b.ResetTimer()
+	defer cpuMetric(b)()
+	for i := 0; i < b.N; i++ {
+		if err := be.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(f.TotalCalls())/float64(b.N), "hns-calls/op")
+}
+
+// BenchmarkSyncFromScratch measures programming the scale cluster into an
+// empty (fake) HNS, reporting the calls made and the objects created.
+func BenchmarkSyncFromScratch(b *testing.B) {
+	for _, n := range scaleNetworks {
+		b.Run(n.Type, func(b *testing.B) {
+			s, _ := scaleSnapshot()
+			var calls, objects int
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				f, be := scaleHarness(b, n, hnsModern)
+				f.ResetCalls()
+				b.StartTimer()
+				if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+					b.Fatal(err)
+				}
+				c := f.Calls()
+				calls += f.TotalCalls()
+				objects += c[OpCreateEndpoint] + c[OpCreateLoadBalancer]
+			}
+			b.ReportMetric(float64(calls)/float64(b.N), "hns-calls/op")
+			b.ReportMetric(float64(objects)/float64(b.N), "objects/op")
+		})
+	}
+}
