@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/netns"
 	"github.com/kproxy/kproxy/platform/linux/netns/echo"
 )
 
@@ -384,5 +386,69 @@ func TestFlushedChainsRestored(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLocalhostNodePortMartians: NodePorts answer on 127.0.0.1 from the node
+// itself (localhostNodePorts, which needs route_localnet), and route_localnet
+// does not expose the node's localhost to the network: a packet for
+// 127.0.0.1 arriving from outside never reaches a local socket unless it is
+// Service traffic (the CVE-2020-8558 guard). A server listens on node1
+// (port 9999), the outside client is made to send to 127.0.0.1 (its own
+// loopback routes are replaced by a route to 127.0.0.0/8 via node1), and
+// node1's conntrack table must show no connection from it: without the
+// guard the kernel accepts the SYN and the server answers it.
+func TestLocalhostNodePortMartians(t *testing.T) {
+	top := proxytest.Default()
+	svc := top.Service("martians", 107, proxytest.WithNodePort())
+	slices, err := top.Slices(svc, proxytest.Ready(proxytest.PodA1, proxytest.PodB1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns.Require(t, "conntrack")
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: []any{svc, slices[0], slices[1]}})
+	ctx := e.ctx(time.Minute)
+	localhost := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(svc.Spec.Ports[0].NodePort))
+	for _, proto := range []string{"tcp", "udp"} {
+		if r := e.c.Probe(ctx, proxytest.Node1, proto, localhost, echo.ProbeOptions{Timeout: time.Second}); r.Outcome != echo.Answer {
+			t.Errorf("node1 -> %s/%s: %v, want an answer (localhost NodePort)", localhost, proto, r)
+		}
+	}
+	const port = 9999
+	srv, err := e.c.Start(proxytest.Node1, "echo-node1", "", echoBin, "serve", "-name", "node1-local", "-port", fmt.Sprint(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WaitOutput(ctx, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	node1, _ := top.Node(proxytest.Node1)
+	if r := e.c.Probe(ctx, proxytest.Outside, "tcp", netip.AddrPortFrom(node1.IPv4, port), echo.ProbeOptions{Timeout: time.Second}); r.Outcome != echo.Answer {
+		t.Fatalf("outside -> node1:%d: %v, want the node1 server to answer", port, r)
+	}
+	outside := e.c.NS(proxytest.Outside)
+	if err := outside.Sysctl(map[string]string{
+		"net.ipv4.conf.all.route_localnet":  "1",
+		"net.ipv4.conf.eth0.route_localnet": "1",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := outside.IP(ctx,
+		"route del local 127.0.0.1 dev lo table local",
+		"route del local 127.0.0.0/8 dev lo table local",
+		fmt.Sprintf("route add 127.0.0.0/8 via %s dev eth0", node1.IPv4),
+	); err != nil {
+		t.Fatal(err)
+	}
+	target := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
+	if r := e.c.Probe(ctx, proxytest.Outside, "tcp", target, echo.ProbeOptions{Timeout: time.Second}); r.Outcome == echo.Answer {
+		t.Errorf("outside -> %s via node1: %v, want no answer", target, r)
+	}
+	out, err := e.c.Exec(ctx, proxytest.Node1, "conntrack", "-L", "-p", "tcp", "-s", top.OutsideHost.IPv4.String(), "-d", "127.0.0.1", "--dport", fmt.Sprint(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "dport=") {
+		t.Errorf("node1 accepted a connection to its localhost from the network:\n%s", out)
 	}
 }
