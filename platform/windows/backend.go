@@ -518,3 +518,27 @@ func (b *Backend) report(ws []Warning) {
 		}
 	}
 }
+
+// Cleanup deletes, for the backend's family, every HNS load balancer and
+// every endpoint kproxy owns (see ObservedEndpoint.Owned), as
+// `kproxy --cleanup` does. Endpoints of the CNI are left alone. It lists HNS
+// first and works from that listing, not from the record.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	if b.hns == nil {
+		return ErrDryRunOnly
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.list(); err != nil {
+		b.needList = true
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	r := Reconcile(&Plan{Family: b.opts.Family}, b.rec, false)
+	klog.InfoS("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
+	res := b.apply(ctx, r)
+	b.needList = true // the next sync starts from a listing
+	if res.err != nil {
+		return fmt.Errorf("cleanup: %w", res.err)
+	}
+	return nil
+}

@@ -565,3 +565,20 @@ func TestNetworkNameFromEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestBackendCleanup(t *testing.T) {
+	h := newHarness(t, overlayNamed("net"), hnsModern)
+	h.mustSync(webAndDNS(), proxy.Changes{Full: true})
+	// Something the CNI owns, which cleanup must leave alone.
+	h.f.AddEndpoint(Endpoint{HostComputeNetwork: h.net, Name: "cbr0", IPConfigurations: []IPConfig{{IPAddress: "10.244.1.2"}}})
+	if err := h.b.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "after cleanup", h.f.Dump(), `ep 10.244.1.2 local name=cbr0
+ep 10.244.1.5 local name=pod-a
+ep 10.244.1.6 local name=pod-b
+`)
+	// The next sync lists again and programs everything.
+	calls := h.mustSync(webAndDNS(), proxy.Changes{})
+	expectCalls(t, "sync after cleanup", calls, "CreateEndpoint=6 CreateLoadBalancer=3 "+listCalls)
+}

@@ -1,0 +1,45 @@
+// Package windows is kproxy's Windows backend ("kernelspace" mode): it
+// programs HNS (the Host Networking Service) load balancers and remote
+// endpoints so that traffic to Service addresses reaches the endpoints the
+// shared cache selected.
+//
+// # Shape
+//
+//	proxy.Snapshot ──▶ BuildPlan (pure) ──▶ Plan ──▶ Reconcile (pure) ──▶ []Op ──▶ apply ──▶ HNS
+//	  + Facts (network type, remote      desired LBs    + State (record of       ordered     hcn (Windows)
+//	    subnets, node IP, source VIP,    and endpoints    what exists in HNS)    calls       or FakeHNS
+//	    DSR, HNS capabilities)           (no HNS IDs)
+//
+// Everything that decides (plan.go, planport.go, reconcile.go, state.go) is
+// untagged and tested on Linux. Only hns_windows.go names package hcn; its
+// partner hns_other.go makes NewHNS return ErrUnsupportedPlatform elsewhere,
+// where a Backend without HNS can still DryRun. FakeHNS enforces HNS's rules
+// in memory for tests.
+//
+// # Packet path on a Windows node
+//
+//	pod on this node ──▶ vSwitch port (VFP) ──▶ HNS load balancer matching
+//	node itself ───────▶ host vNIC (VFP) ─────▶ protocol + frontend VIP + port
+//	outside ───────────▶ external port ───────▶   (NodePort: any node address)
+//	                                               │ DNAT to one endpoint
+//	                                               ▼ (SourceIP distribution: per client)
+//	                       local endpoint (pod on this node: the CNI's HNS endpoint)
+//	                       remote endpoint (pod elsewhere: kproxy's HNS endpoint;
+//	                         overlay: VXLAN to its ProviderAddress)
+//
+// ClusterIP load balancers rewrite only the destination; external ones
+// (NodePort, externalIP, LoadBalancer ingress IP: port mapping flag
+// VIPExternalIP) also rewrite the source to the node (or, on overlay, to the
+// source VIP), except with DSR. A frontend whose endpoint set is empty has no
+// load balancer (HNS rejects one): its traffic is dropped.
+//
+// # Ownership and record
+//
+// A load balancer is identified by its whole content (family, protocol,
+// frontend VIPs, ports, flags, distribution, source VIP and sorted endpoint
+// set), so one found in HNS is adopted only if it is exactly what is wanted.
+// At start, HNS is listed once: matching load balancers are kept, differing
+// ones updated or replaced, the rest deleted. Afterwards the backend works
+// from its record and lists HNS again only every ResyncPeriod and after a
+// failed sync. One Backend handles one IP family; a dual-stack node runs two.
+package windows
