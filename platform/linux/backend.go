@@ -111,20 +111,19 @@ func (b *Backend) Last() SyncResult {
 	return b.last
 }
 
-// Sync makes the kernel match snap (see proxy.Backend). A partial sync
-// rewrites only the chains that changed; it first checks the canary chains
-// and turns into a full sync when they were flushed or deleted. A full sync
-// rewrites every owned chain, deletes stale ones, ensures the jump rules,
-// and (once) takes over from upstream kube-proxy.
+// Sync makes the kernel match snap (see proxy.Backend).
+//
+// A partial sync writes only the chains that changed; its restore input
+// also deletes and re-adds the canary rule, so if someone flushed the table
+// or deleted kproxy's chains the restore fails as a whole and Sync goes on
+// with a full sync at once. A full sync reads the tables (iptables-save),
+// rewrites every owned chain whose rules differ from what kproxy wants,
+// deletes stale ones, ensures the jump rules, and (once) takes over from
+// upstream kube-proxy. Stale UDP conntrack flows are deleted last.
 func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	start := time.Now()
-	full := ch.Full || b.needFull
-	if !full && !b.canaryOK(ctx) {
-		klog.InfoS("kproxy chains were flushed or deleted: full sync", "family", b.family)
-		full = true
-	}
 	addrs, err := b.opts.Host.LocalAddresses()
 	if err != nil {
 		// Keep programming with the last known addresses: NodePorts on a
@@ -133,45 +132,21 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	} else {
 		b.localAddrs = addrs
 	}
-	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch}
-	in.Changes.Full = full
-	var saves map[string][]byte
-	if full {
-		if saves, err = b.save(ctx, rules.TableNAT, rules.TableFilter); err != nil {
-			b.fail()
-			return err
-		}
-		in.Existing = map[string][]string{}
-		for t, s := range saves {
-			in.Existing[t] = ChainNames(s)
-		}
+	full := ch.Full || b.needFull
+	plan, err := b.apply(ctx, snap, ch, full)
+	if err != nil && !full {
+		klog.InfoS("Partial sync failed (kproxy's chains flushed or changed behind its back?): full sync", "family", b.family, "err", err)
+		full = true
+		plan, err = b.apply(ctx, snap, ch, true)
 	}
-	plan := b.planner.Plan(in)
-	for _, p := range plan.Problems {
-		klog.InfoS("Skipping invalid input", "family", b.family, "problem", p)
-	}
-	if len(plan.Restore) > 0 {
-		if err := b.opts.Iptables.Restore(ctx, plan.Restore); err != nil {
-			b.fail()
-			return fmt.Errorf("%s: writing %d chains (%d bytes): %w", b.opts.Iptables.Describe(), plan.Stats.WrittenChains, len(plan.Restore), err)
-		}
+	if err != nil {
+		b.fail()
+		return err
 	}
 	var errs []error
-	if full {
-		if err := b.ensureJumps(ctx, plan.Jumps); err != nil {
-			errs = append(errs, err)
-		}
-		if plan.RouteLocalnet {
-			if err := b.opts.Host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
-				errs = append(errs, fmt.Errorf("enabling localhost NodePorts: %w", err))
-			}
-		}
-		if !b.tookOver && !b.opts.KeepUpstream && len(errs) == 0 {
-			if err := b.takeOver(ctx); err != nil {
-				errs = append(errs, err)
-			} else {
-				b.tookOver = true
-			}
+	if full && plan.RouteLocalnet {
+		if err := b.opts.Host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+			errs = append(errs, fmt.Errorf("enabling localhost NodePorts: %w", err))
 		}
 	}
 	deleted, err := b.cleanConntrack(plan.Conntrack)
@@ -191,22 +166,138 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	return nil
 }
 
+// apply plans and runs one restore. A full one first reads the tables, adds
+// the missing jump rules to the same restore and, the first time, the
+// take-over of kube-proxy's rules (so kproxy's rules replace kube-proxy's in
+// one atomic step). A take-over that fails never blocks kproxy's own rules:
+// the restore is retried without it and the take-over with a later full sync.
+func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool) (*rules.Plan, error) {
+	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch}
+	in.Changes.Full = full
+	var to *takeoverPlan
+	if full {
+		tables := []string{rules.TableNAT, rules.TableFilter}
+		takeOver := !b.tookOver && !b.opts.KeepUpstream
+		if takeOver {
+			tables = TakeoverTables
+		}
+		saves, err := b.save(ctx, tables...)
+		if err != nil {
+			return nil, err
+		}
+		in.Existing = map[string]map[string]uint64{}
+		in.Extra = map[string][]string{}
+		for _, t := range []string{rules.TableNAT, rules.TableFilter} {
+			in.Existing[t] = rules.KernelChains(saves[t])
+		}
+		in.Extra = missingJumps(saves)
+		if takeOver {
+			to = planTakeovers(saves)
+		}
+	}
+	plan, restore := b.plan(in, to)
+	if len(restore) > 0 {
+		err := b.opts.Iptables.Restore(ctx, restore)
+		if err != nil && to != nil && !to.empty() {
+			klog.ErrorS(err, "Taking over from kube-proxy failed; syncing without it, will retry with the next full sync", "family", b.family, "chains", to.chains())
+			b.planner.Invalidate()
+			plan, restore = b.plan(in, nil)
+			to = nil
+			err = b.opts.Iptables.Restore(ctx, restore)
+		}
+		if err != nil {
+			b.planner.Invalidate()
+			if len(plan.Conntrack) > 0 {
+				// Keep the cleanups a failed plan computed.
+				b.pendingCT = append(b.pendingCT, plan.Conntrack...)
+			}
+			return nil, fmt.Errorf("%s: writing %d chains (%d bytes): %w", b.opts.Iptables.Describe(), plan.Stats.WrittenChains, len(restore), err)
+		}
+	}
+	if to != nil {
+		b.tookOver = true
+		if !to.empty() {
+			klog.InfoS("Took over from kube-proxy: removed its iptables chains", "family", b.family, "chains", len(to.chains()))
+		}
+		if len(to.kept) > 0 {
+			klog.InfoS("Take-over: kept kube-proxy chains still used by other chains", "family", b.family, "chains", to.kept)
+		}
+		b.deleteNFTable(ctx)
+	}
+	return plan, nil
+}
+
+// plan runs the planner with the take-over's lines and returns the plan and
+// the full restore input (the plan's, plus a mangle section for the
+// take-over).
+func (b *Backend) plan(in rules.Input, to *takeoverPlan) (*rules.Plan, []byte) {
+	if to != nil {
+		extra := map[string][]string{}
+		for t, l := range in.Extra {
+			extra[t] = append(extra[t], l...)
+		}
+		for t, l := range to.lines {
+			if t == rules.TableNAT || t == rules.TableFilter {
+				extra[t] = append(extra[t], l...)
+			}
+		}
+		in.Extra = extra
+	}
+	plan := b.planner.Plan(in)
+	for _, p := range plan.Problems {
+		klog.InfoS("Skipping invalid input", "family", b.family, "problem", p)
+	}
+	restore := plan.Restore
+	if to != nil && len(to.lines["mangle"]) > 0 {
+		restore = append(slices.Clip(restore), []byte("*mangle\n"+strings.Join(to.lines["mangle"], "\n")+"\nCOMMIT\n")...)
+	}
+	return plan, restore
+}
+
+// missingJumps returns, per table, the restore lines that insert the jump
+// rules iptables-save does not show.
+func missingJumps(saves map[string][]byte) map[string][]string {
+	extra := map[string][]string{}
+	jumps := rules.Jumps()
+	for i := len(jumps) - 1; i >= 0; i-- {
+		j := jumps[i]
+		spec := strings.Join(quote(j.Spec), " ")
+		if !bytes.Contains(saves[j.Table], []byte("\n-A "+j.Chain+" "+spec+"\n")) {
+			extra[j.Table] = append(extra[j.Table], "-I "+j.Chain+" 1 "+spec)
+		}
+	}
+	return extra
+}
+
+// deleteNFTable deletes kube-proxy's nftables table of this family, if any.
+// Failures are logged: the table does not disturb kproxy's rules (it only
+// holds stale DNAT kube-proxy no longer maintains).
+func (b *Backend) deleteNFTable(ctx context.Context) {
+	family := "ip"
+	if b.family == v1.IPv6Protocol {
+		family = "ip6"
+	}
+	tables, err := b.opts.NFTables.ListTables(ctx)
+	if err != nil {
+		klog.ErrorS(err, "Take-over: listing nftables tables failed", "family", b.family)
+		return
+	}
+	for _, t := range tables {
+		if t != family+" kube-proxy" {
+			continue
+		}
+		if err := b.opts.NFTables.DeleteTable(ctx, family, "kube-proxy"); err != nil && !IsNotExist(err) {
+			klog.ErrorS(err, "Take-over: deleting kube-proxy's nftables table failed", "table", t)
+		} else {
+			klog.InfoS("Took over from kube-proxy: deleted its nftables table", "table", t)
+		}
+	}
+}
+
 // fail records a failed sync: the next one is full.
 func (b *Backend) fail() {
 	b.planner.Invalidate()
 	b.needFull = true
-}
-
-// canaryOK reports whether the canary chains still hold their rule: a
-// flush of a table or a deletion of kproxy's chains removes it.
-func (b *Backend) canaryOK(ctx context.Context) bool {
-	for _, t := range []string{rules.TableNAT, rules.TableFilter} {
-		lines, err := b.opts.Iptables.List(ctx, t, rules.ChainCanary)
-		if err != nil || !slices.Contains(lines, "-A "+rules.ChainCanary+" -j RETURN") {
-			return false
-		}
-	}
-	return true
 }
 
 func (b *Backend) save(ctx context.Context, tables ...string) (map[string][]byte, error) {
@@ -219,75 +310,6 @@ func (b *Backend) save(ctx context.Context, tables ...string) (map[string][]byte
 		out[t] = s
 	}
 	return out, nil
-}
-
-// ensureJumps puts each jump rule at the top of its built-in chain unless it
-// is already there somewhere. Jumps are inserted last-first so that they end
-// up in the listed order.
-func (b *Backend) ensureJumps(ctx context.Context, jumps []rules.Jump) error {
-	var errs []error
-	for i := len(jumps) - 1; i >= 0; i-- {
-		j := jumps[i]
-		ok, err := b.opts.Iptables.Exists(ctx, j.Table, j.Chain, j.Spec...)
-		if err == nil && !ok {
-			err = b.opts.Iptables.Insert(ctx, j.Table, j.Chain, 1, j.Spec...)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("jump from %s %s: %w", j.Table, j.Chain, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// takeOver removes upstream kube-proxy's iptables chains and jump rules
-// (now that kproxy's own rules are in place and first in every built-in
-// chain) and its nftables table of this family.
-func (b *Backend) takeOver(ctx context.Context) error {
-	saves, err := b.save(ctx, TakeoverTables...)
-	if err != nil {
-		return fmt.Errorf("take-over: %w", err)
-	}
-	var input []byte
-	var removed, kept []string
-	for _, t := range TakeoverTables {
-		to := planTakeover(t, saves[t])
-		input = append(input, to.restore()...)
-		for _, c := range to.remove {
-			removed = append(removed, t+"/"+c)
-		}
-		for _, c := range to.kept {
-			kept = append(kept, t+"/"+c)
-		}
-	}
-	var errs []error
-	if len(input) > 0 {
-		if err := b.opts.Iptables.Restore(ctx, input); err != nil {
-			errs = append(errs, fmt.Errorf("take-over: removing kube-proxy's iptables rules: %w", err))
-		} else {
-			klog.InfoS("Took over from kube-proxy: removed its iptables chains", "family", b.family, "chains", len(removed))
-		}
-	}
-	if len(kept) > 0 {
-		klog.InfoS("Take-over: kept kube-proxy chains still used by other chains", "family", b.family, "chains", kept)
-	}
-	family := "ip"
-	if b.family == v1.IPv6Protocol {
-		family = "ip6"
-	}
-	tables, err := b.opts.NFTables.ListTables(ctx)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("take-over: listing nftables tables: %w", err))
-	}
-	for _, t := range tables {
-		if t == family+" kube-proxy" {
-			if err := b.opts.NFTables.DeleteTable(ctx, family, "kube-proxy"); err != nil && !IsNotExist(err) {
-				errs = append(errs, fmt.Errorf("take-over: deleting nftables table %s: %w", t, err))
-			} else {
-				klog.InfoS("Took over from kube-proxy: deleted its nftables table", "table", t)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // cleanConntrack deletes stale flows once the rules are in place. Filters

@@ -200,19 +200,22 @@ func TestSyncDetectsFlush(t *testing.T) {
 		wantAll bool   // the next sync must be full
 	}{
 		{name: "nat table flushed", tamper: "*nat\n-F\nCOMMIT\n", wantAll: true},
-		{name: "filter canary deleted", tamper: "*filter\n:KPROXY-CANARY - [0:0]\n-X KPROXY-CANARY\nCOMMIT\n", wantAll: true},
+		{name: "nat canary deleted", tamper: "*nat\n:KPROXY-CANARY - [0:0]\n-X KPROXY-CANARY\nCOMMIT\n", wantAll: true},
 		{name: "untouched", tamper: "", wantAll: false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, v1.IPv4Protocol, nil)
 			w.set("web", 1, proxytest.Ready(proxytest.PodA1))
+			w.set("other", 2, proxytest.Ready(proxytest.PodA1))
 			w.mustSync(false)
 			if tc.tamper != "" {
 				if err := w.ipt.Rules.Restore([]byte(tc.tamper), true); err != nil {
 					t.Fatal(err)
 				}
 			}
+			// The next change notices through the canary in its restore.
+			w.set("other", 2, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
 			w.mustSync(false)
 			if w.b.Last().Full != tc.wantAll {
 				t.Errorf("sync after tampering: full=%v, want %v", w.b.Last().Full, tc.wantAll)
@@ -222,17 +225,51 @@ func TestSyncDetectsFlush(t *testing.T) {
 	}
 }
 
-func TestSyncFailureMakesNextSyncFull(t *testing.T) {
+// TestFullSyncRepairsDrift checks that the periodic full sync rewrites what
+// was changed behind kproxy's back, and only that.
+func TestFullSyncRepairsDrift(t *testing.T) {
+	w := newWorld(t, v1.IPv4Protocol, nil)
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
+	w.set("other", 2, proxytest.Ready(proxytest.PodA1))
+	w.mustSync(false)
+	svc, _, _, _ := rules.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "web"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
+	if err := w.ipt.Rules.Restore([]byte("*nat\n:"+svc+" - [0:0]\n-A "+svc+" -p tcp -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n*filter\n:KPROXY-OLD - [0:0]\nCOMMIT\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	w.mustSync(true)
+	if st := w.b.Last().Stats; st.WrittenChains != 1 || st.DeletedChains != 1 {
+		t.Errorf("repair wrote %d chains and deleted %d, want 1 and 1", st.WrittenChains, st.DeletedChains)
+	}
+	w.checkMatchesFullPlan()
+	if strings.Contains(w.ipt.Dump(), "KPROXY-OLD") {
+		t.Error("stale chain survived")
+	}
+}
+
+func TestSyncFailures(t *testing.T) {
 	w := newWorld(t, v1.IPv4Protocol, nil)
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1))
 	w.mustSync(false)
+
+	// A failed partial restore is followed at once by a full sync.
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
 	w.ipt.FailNext["Restore"] = errors.New("xtables lock busy")
-	if _, err := w.sync(false); err == nil || !strings.Contains(err.Error(), "xtables lock busy") {
-		t.Fatalf("sync error = %v", err)
-	}
 	w.mustSync(false)
 	if !w.b.Last().Full {
+		t.Error("a failed partial sync was not followed by a full one")
+	}
+	w.checkMatchesFullPlan()
+
+	// When the full sync fails too, Sync reports it and the next is full.
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB2))
+	w.ipt.FailNext["Restore"] = errors.New("xtables lock busy")
+	w.ipt.FailNext["Save"] = errors.New("iptables-save: killed")
+	if _, err := w.sync(false); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("sync error = %v", err)
+	}
+	saves := w.ipt.Calls["Save"]
+	w.mustSync(false)
+	if !w.b.Last().Full || w.ipt.Calls["Save"] == saves {
 		t.Error("the sync after a failure was not full")
 	}
 	w.checkMatchesFullPlan()
@@ -352,11 +389,12 @@ func TestTakeOver(t *testing.T) {
 			if strings.Join(w.nft.Tables, ",") != "ip6 kube-proxy,inet filter" {
 				t.Errorf("nftables tables after take-over: %v", w.nft.Tables)
 			}
-			// Later full syncs do not try again.
+			// Later full syncs neither take over again nor rewrite chains
+			// the kernel already holds.
 			restores := w.ipt.Calls["Restore"]
 			w.mustSync(true)
-			if w.ipt.Calls["Restore"] != restores+1 {
-				t.Errorf("a later full sync ran %d restores, want 1", w.ipt.Calls["Restore"]-restores)
+			if w.ipt.Calls["Restore"] != restores {
+				t.Errorf("a later full sync ran %d restores, want none", w.ipt.Calls["Restore"]-restores)
 			}
 		})
 	}
@@ -519,4 +557,25 @@ func buildSnapshot(node *v1.Node, svcs []*v1.Service, slices []*discovery.Endpoi
 
 func nsName(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
+// TestTakeOverFailureNeverBlocksSync checks that a take-over the kernel
+// refuses leaves kproxy's rules programmed, and is retried later.
+func TestTakeOverFailureNeverBlocksSync(t *testing.T) {
+	w := newWorld(t, v1.IPv4Protocol, nil)
+	if err := w.ipt.Rules.Restore([]byte(upstreamRules), true); err != nil {
+		t.Fatal(err)
+	}
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1))
+	w.ipt.FailNext["Restore"] = errors.New("rule in use")
+	w.mustSync(false)
+	w.checkMatchesFullPlan()
+	if !strings.Contains(w.ipt.Dump(), "KUBE-SERVICES") {
+		t.Fatal("the failed take-over removed kube-proxy's rules anyway")
+	}
+	w.mustSync(true)
+	if strings.Contains(w.ipt.Dump(), "KUBE-SERVICES") {
+		t.Error("the next full sync did not take over")
+	}
+	w.checkMatchesFullPlan()
 }

@@ -141,23 +141,47 @@ func planTakeover(table string, save []byte) takeover {
 // empty reports whether there is nothing to do.
 func (t takeover) empty() bool { return len(t.remove) == 0 && len(t.unlink) == 0 }
 
-// restore renders the take-over as one iptables-restore --noflush section:
-// delete the jump rules, flush the chains, delete them.
-func (t takeover) restore() []byte {
-	if t.empty() {
-		return nil
-	}
-	var b bytes.Buffer
-	b.WriteString("*" + t.table + "\n")
+// lines renders the take-over as restore lines of its table: flush the
+// chains, delete the jump rules to them, delete the chains.
+func (t takeover) lines() []string {
+	var out []string
 	for _, c := range t.remove {
-		b.WriteString(":" + c + " - [0:0]\n")
+		out = append(out, ":"+c+" - [0:0]")
 	}
 	for _, r := range t.unlink {
-		b.WriteString("-D " + r.chain + " " + r.spec + "\n")
+		out = append(out, "-D "+r.chain+" "+r.spec)
 	}
 	for _, c := range t.remove {
-		b.WriteString("-X " + c + "\n")
+		out = append(out, "-X "+c)
 	}
-	b.WriteString("COMMIT\n")
-	return b.Bytes()
+	return out
 }
+
+// takeoverPlan is the take-over of every table.
+type takeoverPlan struct {
+	lines   map[string][]string
+	removed []string
+	kept    []string
+}
+
+// planTakeovers plans the take-over from iptables-save output per table.
+func planTakeovers(saves map[string][]byte) *takeoverPlan {
+	p := &takeoverPlan{lines: map[string][]string{}}
+	for _, table := range TakeoverTables {
+		t := planTakeover(table, saves[table])
+		if l := t.lines(); len(l) > 0 {
+			p.lines[table] = l
+		}
+		for _, c := range t.remove {
+			p.removed = append(p.removed, table+"/"+c)
+		}
+		for _, c := range t.kept {
+			p.kept = append(p.kept, table+"/"+c)
+		}
+	}
+	return p
+}
+
+func (p *takeoverPlan) empty() bool { return len(p.lines) == 0 }
+
+func (p *takeoverPlan) chains() []string { return p.removed }

@@ -23,11 +23,18 @@ type Input struct {
 	// every chain; a partial one only the chains whose content changed among
 	// those of the changed service ports.
 	Changes proxy.Changes
-	// Existing lists the chains present in the kernel per table ("nat",
-	// "filter"), read before a full sync so stale chains (from an earlier
-	// run) are deleted. Only kproxy's chains are considered. Nil means the
-	// planner's own record is trusted.
-	Existing map[string][]string
+	// Existing describes the chains present in the kernel per table ("nat",
+	// "filter"): name → hash of their rules as iptables-save prints them
+	// (see KernelChains). Read before a full sync, it lets the plan rewrite
+	// only the chains whose content differs and delete stale ones (from an
+	// earlier run, or left by a tool). Only kproxy's chains are considered.
+	// Nil means the planner's own record is trusted and a full plan rewrites
+	// every chain.
+	Existing map[string]map[string]uint64
+	// Extra holds restore lines per table ("nat", "filter") to run in the
+	// same transaction, after kproxy's chains are written: the applier's
+	// jump insertions and take-over deletions.
+	Extra map[string][]string
 }
 
 // Jump is a rule in a built-in chain that sends packets into kproxy's chains.
@@ -102,6 +109,9 @@ type Planner struct {
 	portChn  int
 	// rules and chains of the fixed chains (dispatch parents included)
 	baseRules, baseChains int
+	// the dispatch parents as last rendered, and KPROXY-SERVICES' tail
+	parents [2]chainOut
+	svcTail []byte
 }
 
 // NewPlanner returns a planner for cfg.
@@ -144,23 +154,45 @@ func tableIndex(t string) int {
 type planWriter struct {
 	written [2][]chainOut
 	deleted [2][]string
-	rules   int
+	desired [2]map[string]bool
+	// force writes every chain, whatever the kernel holds.
+	force bool
+	rules int
+}
+
+// emit records chain c of table ti as desired and writes it unless the
+// kernel already holds the same rules.
+func (p *Planner) emit(w *planWriter, ti int, c chainOut) {
+	w.desired[ti][c.name] = true
+	if h, ok := p.believed[ti][c.name]; ok && h == c.hash && !w.force {
+		return
+	}
+	p.believed[ti][c.name] = c.hash
+	w.written[ti] = append(w.written[ti], c)
+}
+
+// drop deletes chain name of table ti if the kernel has it.
+func (p *Planner) drop(w *planWriter, ti int, name string) {
+	if _, ok := p.believed[ti][name]; ok && !w.desired[ti][name] {
+		w.deleted[ti] = append(w.deleted[ti], name)
+		delete(p.believed[ti], name)
+	}
 }
 
 // Plan renders the restore input that makes the kernel match in.View.
 func (p *Planner) Plan(in Input) *Plan {
 	full := in.Changes.Full || !p.valid
 	plan := &Plan{Full: full}
-	w := &planWriter{}
+	w := &planWriter{desired: [2]map[string]bool{{}, {}}, force: full && in.Existing == nil}
 	oldPorts := p.ports
 	if full {
 		p.reset()
 		if in.Existing != nil {
 			for ti, t := range []string{TableNAT, TableFilter} {
 				seen := map[string]uint64{}
-				for _, c := range in.Existing[t] {
+				for c, h := range in.Existing[t] {
 					if Owned(c) {
-						seen[c] = p.believed[ti][c] // keep the hash if we know it
+						seen[c] = h
 					}
 				}
 				p.believed[ti] = seen
@@ -221,30 +253,25 @@ func (p *Planner) Plan(in Input) *Plan {
 		p.updatePort(n, sp, old, full, w, &plan.Problems)
 	}
 
-	p.writeDispatch(w, in, full)
-	p.writeBase(w, in, full, plan)
+	modeChanged := p.writeDispatch(w, full)
+	p.writeBase(w, in, full, modeChanged, plan)
 
 	if full {
-		// Delete every owned chain we did not write.
+		// Delete every owned chain the plan does not need.
 		for ti := range p.believed {
-			wrote := map[string]bool{}
-			for _, c := range w.written[ti] {
-				wrote[c.name] = true
-			}
 			var stale []string
 			for c := range p.believed[ti] {
-				if !wrote[c] {
+				if !w.desired[ti][c] {
 					stale = append(stale, c)
 				}
 			}
 			sort.Strings(stale)
 			for _, c := range stale {
-				w.deleted[ti] = append(w.deleted[ti], c)
-				delete(p.believed[ti], c)
+				p.drop(w, ti, c)
 			}
 		}
 	}
-	plan.Restore = p.render(w)
+	plan.Restore = p.render(w, !full, in.Extra)
 	plan.Jumps = jumps()
 	plan.Stats = p.stats(w)
 	p.valid = true
@@ -271,20 +298,11 @@ func (p *Planner) updatePort(n proxy.ServicePortName, sp *proxy.ServicePort, old
 	}
 	// Chains.
 	for _, c := range chains {
-		if h, ok := p.believed[0][c.name]; !ok || h != c.hash || full {
-			w.written[0] = append(w.written[0], c)
-			p.believed[0][c.name] = c.hash
-		}
+		p.emit(w, 0, c)
 	}
 	if old != nil {
 		for _, name := range old.chains {
-			if ns != nil && slices.Contains(ns.chains, name) {
-				continue
-			}
-			if _, ok := p.believed[0][name]; ok {
-				w.deleted[0] = append(w.deleted[0], name)
-				delete(p.believed[0], name)
-			}
+			p.drop(w, 0, name)
 		}
 	}
 	// Dispatch entries, hairpin addresses, health check ports.
@@ -328,25 +346,28 @@ func (p *Planner) updatePort(n proxy.ServicePortName, sp *proxy.ServicePort, old
 	}
 }
 
-// writeDispatch renders the dirty parts of both dispatch chains. The
-// KPROXY-SERVICES parent is written by writeBase (it has a tail).
-func (p *Planner) writeDispatch(w *planWriter, in Input, full bool) {
-	for _, d := range p.disp {
-		modeChanged := d.decideMode(p.cfg.ShardThreshold)
+// writeDispatch decides each dispatch chain's mode and writes the shards
+// that changed. The parents are written by writeBase.
+func (p *Planner) writeDispatch(w *planWriter, full bool) (modeChanged [2]bool) {
+	for i, d := range p.disp {
+		modeChanged[i] = d.decideMode(p.cfg.ShardThreshold)
 		if !d.sharded {
-			// Shards left over from sharded mode are deleted as stale below.
-			if modeChanged || full {
+			if modeChanged[i] {
+				var shards []string
 				for name := range p.believed[0] {
 					if isShardOf(d, name) {
-						w.deleted[0] = append(w.deleted[0], name)
-						delete(p.believed[0], name)
+						shards = append(shards, name)
 					}
+				}
+				sort.Strings(shards)
+				for _, name := range shards {
+					p.drop(w, 0, name)
 				}
 			}
 			continue
 		}
-		keys := make([]uint16, 0, len(d.dirty))
-		if modeChanged || full {
+		var keys []uint16
+		if modeChanged[i] || full {
 			keys = sortedKeys(d.members)
 		} else {
 			for k := range d.dirty {
@@ -358,27 +379,21 @@ func (p *Planner) writeDispatch(w *planWriter, in Input, full bool) {
 			name := d.shardName(k)
 			m := d.members[k]
 			if len(m) == 0 {
-				if _, ok := p.believed[0][name]; ok {
-					w.deleted[0] = append(w.deleted[0], name)
-					delete(p.believed[0], name)
-				}
+				p.drop(w, 0, name)
 				continue
 			}
 			b := &builder{chain: name}
 			for _, n := range sortedNames(m) {
 				for _, e := range p.ports[n].entries {
-					if e.disp == dispatchIndex(d) && e.key == k {
+					if e.disp == i && e.key == k {
 						b.add(e.spec)
 					}
 				}
 			}
-			c := b.out()
-			if h, ok := p.believed[0][name]; !ok || h != c.hash || full {
-				w.written[0] = append(w.written[0], c)
-				p.believed[0][name] = c.hash
-			}
+			p.emit(w, 0, b.out())
 		}
 	}
+	return modeChanged
 }
 
 func dispatchIndex(d *dispatch) int {
@@ -422,33 +437,45 @@ func (p *Planner) dispatchBody(b *builder, d *dispatch) {
 }
 
 // writeBase renders the fixed chains and writes those whose content changed.
-func (p *Planner) writeBase(w *planWriter, in Input, full bool, plan *Plan) {
+func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]bool, plan *Plan) {
 	r := p.r
 	var nat, filter []chainOut
 
-	// KPROXY-SERVICES: dispatch, then the jump to NodePorts. Both dispatch
-	// parents are small (at most ShardThreshold rules, or one jump per
-	// shard), so they are rendered every time and written when they differ.
+	// KPROXY-SERVICES: dispatch, then the jump to NodePorts. The dispatch
+	// parents are rendered again only when their entries, mode or tail
+	// changed (a flat parent may hold up to ShardThreshold rules).
 	all, ips := r.nodePortDestinations(in.Node, in.LocalAddrs)
-	svc := &builder{chain: ChainServices}
-	p.dispatchBody(svc, p.disp[0])
+	tail := &builder{chain: ChainServices}
 	switch {
 	case all && r.localhostNodePorts():
-		svc.add("-m addrtype --dst-type LOCAL -j", ChainNodePorts)
+		tail.add("-m addrtype --dst-type LOCAL -j", ChainNodePorts)
 	case all:
-		svc.add("! -d", r.loopback.String(), "-m addrtype --dst-type LOCAL -j", ChainNodePorts)
+		tail.add("! -d", r.loopback.String(), "-m addrtype --dst-type LOCAL -j", ChainNodePorts)
 	default:
 		for _, ip := range ips {
-			svc.add("-d", r.host(ip), "-j", ChainNodePorts)
+			tail.add("-d", r.host(ip), "-j", ChainNodePorts)
 		}
 	}
 	localhost := r.localhostNodePorts() && (all || slices.ContainsFunc(ips, netip.Addr.IsLoopback))
 	plan.RouteLocalnet = localhost
-	np := &builder{chain: ChainNodePorts}
-	p.dispatchBody(np, p.disp[1])
-	nat = append(nat, svc.out(), np.out())
-	p.disp[0].dirty = map[uint16]bool{}
-	p.disp[1].dirty = map[uint16]bool{}
+	for i, name := range []string{ChainServices, ChainNodePorts} {
+		d := p.disp[i]
+		fresh := full || modeChanged[i] || len(d.dirty) > 0 || p.parents[i].name == ""
+		if i == 0 && !bytes.Equal(tail.b, p.svcTail) {
+			fresh = true
+		}
+		if fresh {
+			b := &builder{chain: name}
+			p.dispatchBody(b, d)
+			if i == 0 {
+				b.b = append(b.b, tail.b...)
+			}
+			p.parents[i] = b.out()
+		}
+		nat = append(nat, p.parents[i])
+		d.dirty = map[uint16]bool{}
+	}
+	p.svcTail = tail.b
 
 	// Hairpin: a pod reaching itself through a Service must be masqueraded
 	// so that the answer comes back through the node.
@@ -521,36 +548,38 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, plan *Plan) {
 	fcanary.add("-j RETURN")
 	filter = append(filter, fcanary.out())
 
-	for ti, list := range [][]chainOut{nat, filter} {
-		var keep []chainOut
-		for _, c := range list {
-			if h, ok := p.believed[ti][c.name]; ok && h == c.hash && !full {
-				continue
-			}
-			p.believed[ti][c.name] = c.hash
-			keep = append(keep, c)
-		}
-		// Base chains go first, in their fixed order.
-		w.written[ti] = append(keep, w.written[ti]...)
-	}
-	if _, ok := p.believed[0][ChainOffCluster]; ok && !(len(r.cidrs) > 1 && !r.cfg.MasqueradeAll) {
-		w.deleted[0] = append(w.deleted[0], ChainOffCluster)
-		delete(p.believed[0], ChainOffCluster)
-	}
 	p.baseRules, p.baseChains = 0, 0
-	for _, list := range [][]chainOut{nat, filter} {
+	for ti, list := range [][]chainOut{nat, filter} {
 		for _, c := range list {
+			p.emit(w, ti, c)
 			p.baseRules += bytes.Count(c.body, []byte{'\n'})
 			p.baseChains++
 		}
 	}
+	p.drop(w, 0, ChainOffCluster)
+}
+
+// baseOrder ranks the fixed chains first in restore input, in this order.
+var baseOrder = map[string]int{
+	ChainServices: 1, ChainNodePorts: 2, ChainHairpin: 3, ChainPostrouting: 4, ChainReject: 5,
+	ChainDrop: 6, ChainOffCluster: 7, ChainCanary: 8, ChainFirewall: 9, ChainInput: 10, ChainForward: 11,
 }
 
 // render assembles the restore input: per table, the declaration of every
 // chain written or deleted (declaring flushes an existing chain), the rules of
-// the written chains, then the deletions.
-func (p *Planner) render(w *planWriter) []byte {
+// the written chains (fixed chains first), the deletions, then the extra
+// lines. With canary, each table section also deletes and re-adds the
+// canary rule: if someone
+// flushed the table or deleted kproxy's chains since the last sync, the
+// deletion fails and so does the whole (atomic) restore, which tells the
+// caller to sync in full.
+func (p *Planner) render(w *planWriter, canary bool, extra map[string][]string) []byte {
 	size := 0
+	for _, lines := range extra {
+		for _, l := range lines {
+			size += len(l) + 1
+		}
+	}
 	for ti := range w.written {
 		for _, c := range w.written[ti] {
 			size += len(c.body) + len(c.name) + 12
@@ -560,15 +589,23 @@ func (p *Planner) render(w *planWriter) []byte {
 	if size == 0 {
 		return nil
 	}
-	out := make([]byte, 0, size+64)
+	out := make([]byte, 0, size+256)
 	for ti, table := range []string{TableNAT, TableFilter} {
-		if len(w.written[ti]) == 0 && len(w.deleted[ti]) == 0 {
+		if len(w.written[ti]) == 0 && len(w.deleted[ti]) == 0 && len(extra[table]) == 0 {
 			continue
 		}
+		written := w.written[ti]
+		sort.SliceStable(written, func(i, j int) bool {
+			ri, rj := baseOrder[written[i].name], baseOrder[written[j].name]
+			if ri == 0 || rj == 0 {
+				return ri != 0 && rj == 0
+			}
+			return ri < rj
+		})
 		out = append(out, '*')
 		out = append(out, table...)
 		out = append(out, '\n')
-		for _, c := range w.written[ti] {
+		for _, c := range written {
 			out = append(out, ':')
 			out = append(out, c.name...)
 			out = append(out, " - [0:0]\n"...)
@@ -578,13 +615,20 @@ func (p *Planner) render(w *planWriter) []byte {
 			out = append(out, c...)
 			out = append(out, " - [0:0]\n"...)
 		}
-		for _, c := range w.written[ti] {
+		if canary && !slices.ContainsFunc(written, func(c chainOut) bool { return c.name == ChainCanary }) {
+			out = append(out, "-D "+ChainCanary+" -j RETURN\n-A "+ChainCanary+" -j RETURN\n"...)
+		}
+		for _, c := range written {
 			out = append(out, c.body...)
 			w.rules += bytes.Count(c.body, []byte{'\n'})
 		}
 		for _, c := range w.deleted[ti] {
 			out = append(out, "-X "...)
 			out = append(out, c...)
+			out = append(out, '\n')
+		}
+		for _, l := range extra[table] {
+			out = append(out, l...)
 			out = append(out, '\n')
 		}
 		out = append(out, "COMMIT\n"...)

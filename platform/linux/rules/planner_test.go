@@ -302,9 +302,9 @@ func TestPartialWritesOnlyWhatChanged(t *testing.T) {
 func TestFullDeletesStaleChains(t *testing.T) {
 	p := mustPlanner(t, testConfig(v1.IPv4Protocol))
 	in := fullInput(view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.1", 80, false)))))
-	in.Existing = map[string][]string{
-		"nat":    {"KPROXY-SVC-OLDOLDOLDOLDOLDO", "KUBE-SERVICES", "KPROXY-SERVICES", "PREROUTING"},
-		"filter": {"KPROXY-OLD", "DOCKER"},
+	in.Existing = map[string]map[string]uint64{
+		"nat":    {"KPROXY-SVC-OLDOLDOLDOLDOLDO": 1, "KUBE-SERVICES": 2, "KPROXY-SERVICES": 3, "PREROUTING": 4},
+		"filter": {"KPROXY-OLD": 5, "DOCKER": 6},
 	}
 	plan := p.Plan(in)
 	text := string(plan.Restore)

@@ -518,15 +518,48 @@ func parseTarget(r *Rule, rest []string) error {
 	return nil
 }
 
-// quoteArgs re-quotes arguments that contain spaces, the way iptables-save does.
+// stringOptions are the options whose values iptables-save prints as strings.
+var stringOptions = map[string]bool{"--comment": true, "--log-prefix": true}
+
+// quoteArgs re-quotes arguments the way iptables-save prints them: string
+// option values (comments) bare only when made of letters, digits, '_' and
+// '-', else in double quotes with '"', '\\' and '\” escaped; other
+// arguments quoted only when they hold blanks.
 func quoteArgs(args []string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\"") {
+		switch {
+		case i > 0 && stringOptions[args[i-1]]:
+			out[i] = SaveString(a)
+		case a == "" || strings.ContainsAny(a, " \t\""):
 			out[i] = strconv.Quote(a)
-		} else {
+		default:
 			out[i] = a
 		}
 	}
 	return out
+}
+
+// SaveString spells a string option value the way iptables-save does.
+func SaveString(s string) string {
+	bare := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			bare = false
+			break
+		}
+	}
+	if bare {
+		return s
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, c := range s {
+		if c == '"' || c == '\\' || c == '\'' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	b.WriteByte('"')
+	return b.String()
 }
