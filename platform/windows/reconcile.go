@@ -183,7 +183,11 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 			kept = append(kept, want)
 			continue
 		}
-		want = resolvable(want, desiredEP, st, missing)
+		cur := st.LoadBalancers[want.slot]
+		if gone[want.slot] {
+			cur = nil
+		}
+		want, current := resolve(want, cur, desiredEP, st, fresh, missing)
 		if len(want.Endpoints) == 0 {
 			r.Dropped = append(r.Dropped, want)
 			continue
@@ -194,14 +198,10 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 			phase3 = append(phase3, Op{Kind: OpKindDeleteLB, Old: o, Why: o.Problem})
 			handled[o] = true
 		}
-		cur := st.LoadBalancers[want.slot]
-		if gone[want.slot] {
-			cur = nil
-		}
 		switch {
 		case cur == nil:
 			phase3 = append(phase3, Op{Kind: OpKindCreateLB, LB: want, Why: "missing"})
-		case cur.Spec.key == want.key && idsCurrent(cur, want, st, fresh):
+		case current:
 			// In place and identical: nothing to do.
 		case modify:
 			phase3 = append(phase3, Op{Kind: OpKindUpdateLB, LB: want, Old: cur, Why: changeWhy(cur, want)})
@@ -271,56 +271,49 @@ func Reconcile(plan *Plan, st *State, modify bool) *Reconciliation {
 	return r
 }
 
-// resolvable drops the endpoints of want that will not exist: local addresses
-// for which HNS has no local endpoint. It returns want itself when nothing is
-// dropped.
-func resolvable(want *LBSpec, desiredEP map[netip.Addr]*EndpointSpec, st *State, missing map[netip.Addr]bool) *LBSpec {
-	usable := func(ip netip.Addr) bool {
-		if desiredEP[ip] != nil {
-			return true // remote: created if missing
-		}
+// resolve drops the endpoints of want that will not exist (local addresses
+// for which HNS has no local endpoint; they are added to missing) and reports
+// whether cur holds exactly the result, with the endpoint IDs the addresses
+// have now. It returns want itself when nothing is dropped. One pass, two map
+// lookups per endpoint: this runs for every load balancer of a full plan.
+func resolve(want *LBSpec, cur *ObservedLB, desiredEP map[netip.Addr]*EndpointSpec, st *State,
+	fresh, missing map[netip.Addr]bool) (*LBSpec, bool) {
+	current := cur != nil && len(cur.EndpointIDs) <= len(want.Endpoints)
+	var drop []int
+	for i, ip := range want.Endpoints {
 		ep := st.Endpoints[ip]
-		return ep != nil && !ep.Remote
-	}
-	ok := true
-	for _, ip := range want.Endpoints {
-		if !usable(ip) {
-			ok = false
-			missing[ip] = true
+		if ep == nil || ep.Remote {
+			if desiredEP[ip] == nil { // a local address HNS lacks
+				missing[ip] = true
+				drop = append(drop, i)
+				continue
+			}
+		}
+		if !current {
+			continue
+		}
+		// Unique addresses with unique IDs: with equal lengths (checked at
+		// the end), every ID present means equal sets.
+		if ep == nil || (len(fresh) > 0 && fresh[ip]) {
+			current = false
+			continue
+		}
+		if j := sort.SearchStrings(cur.EndpointIDs, ep.ID); j == len(cur.EndpointIDs) || cur.EndpointIDs[j] != ep.ID {
+			current = false
 		}
 	}
-	if ok {
-		return want
-	}
-	keep := make([]netip.Addr, 0, len(want.Endpoints))
-	for _, ip := range want.Endpoints {
-		if usable(ip) {
+	if len(drop) > 0 {
+		keep := make([]netip.Addr, 0, len(want.Endpoints)-len(drop))
+		for i, ip := range want.Endpoints {
+			if len(drop) > 0 && drop[0] == i {
+				drop = drop[1:]
+				continue
+			}
 			keep = append(keep, ip)
 		}
+		want = want.withEndpoints(keep)
 	}
-	return want.withEndpoints(keep)
-}
-
-// idsCurrent reports whether an existing load balancer holds exactly the
-// endpoint IDs that want's addresses have now.
-func idsCurrent(cur *ObservedLB, want *LBSpec, st *State, fresh map[netip.Addr]bool) bool {
-	if len(cur.EndpointIDs) != len(want.Endpoints) {
-		return false
-	}
-	// Same length, unique addresses with unique IDs: every ID present means equal sets.
-	for _, ip := range want.Endpoints {
-		if fresh[ip] {
-			return false
-		}
-		ep := st.Endpoints[ip]
-		if ep == nil {
-			return false
-		}
-		if i := sort.SearchStrings(cur.EndpointIDs, ep.ID); i == len(cur.EndpointIDs) || cur.EndpointIDs[i] != ep.ID {
-			return false
-		}
-	}
-	return true
+	return want, current && len(cur.EndpointIDs) == len(want.Endpoints) && cur.Spec.key == want.key
 }
 
 func changeWhy(cur *ObservedLB, want *LBSpec) string {
