@@ -1,7 +1,3 @@
-// Package source delivers Service, EndpointSlice and Node objects to a Handler,
-// from the API server (client-go shared informers) or from a manifest
-// directory (a cache.ListerWatcher over YAML/JSON files). Both feed the same
-// informer machinery, so the manifest mode exercises the real path.
 package source
 
 import (

@@ -1,0 +1,60 @@
+package source
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// RunAPIServer delivers the Services, EndpointSlices and this node's Node
+// from the API server behind client to h, until ctx is done. resync is the
+// informers' resync period (config-sync-period; 0 disables resyncs).
+//
+// It returns nil when ctx is done, and an error only for invalid arguments
+// (an empty nodeName, a negative resync). API-server errors are retried by
+// the informers and never end the source.
+func RunAPIServer(ctx context.Context, client kubernetes.Interface, nodeName string, resync time.Duration, h Handler) error {
+	return run(ctx, apiServerLW(client), runOptions{nodeName: nodeName, resync: resync}, h)
+}
+
+// apiServerLW builds the ListerWatchers over client.
+func apiServerLW(client kubernetes.Interface) lwFactory {
+	return func(k kind, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+		var (
+			list func(context.Context, metav1.ListOptions) (runtime.Object, error)
+			wtch func(context.Context, metav1.ListOptions) (watch.Interface, error)
+		)
+		switch k {
+		case kindService:
+			c := client.CoreV1().Services(metav1.NamespaceAll)
+			list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }
+			wtch = c.Watch
+		case kindEndpointSlice:
+			c := client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
+			list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }
+			wtch = c.Watch
+		default:
+			c := client.CoreV1().Nodes()
+			list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }
+			wtch = c.Watch
+		}
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				tweak(&o)
+				return list(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				tweak(&o)
+				return wtch(ctx, o)
+			},
+		}
+		// Real clients stream the initial list through a watch; fake
+		// clientsets say they cannot, and the reflector falls back to list.
+		return cache.ToListWatcherWithWatchListSemantics(lw, client)
+	}
+}

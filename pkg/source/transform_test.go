@@ -1,0 +1,147 @@
+package source
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+func noisyMeta(annotations map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Namespace:       "ns",
+		Name:            "x",
+		Labels:          map[string]string{discovery.LabelServiceName: "x", "app": "web"},
+		Annotations:     annotations,
+		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: "x"}},
+		Finalizers:      []string{"example.com/f"},
+		ResourceVersion: "7",
+	}
+}
+
+func cleanMeta(annotations map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Namespace:       "ns",
+		Name:            "x",
+		Labels:          map[string]string{discovery.LabelServiceName: "x", "app": "web"},
+		Annotations:     annotations,
+		ResourceVersion: "7",
+	}
+}
+
+func TestTransform(t *testing.T) {
+	trigger := map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-01-02T03:04:05Z"}
+	bigAnnotations := map[string]string{
+		"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+		v1.EndpointsLastChangeTriggerTime:                  "2026-01-02T03:04:05Z",
+	}
+	svcSpec := v1.ServiceSpec{
+		Type:       v1.ServiceTypeLoadBalancer,
+		ClusterIP:  "10.0.0.1",
+		ClusterIPs: []string{"10.0.0.1"},
+		Ports:      []v1.ServicePort{{Port: 80, Protocol: v1.ProtocolTCP}},
+	}
+	withSelector := *svcSpec.DeepCopy()
+	withSelector.Selector = map[string]string{"app": "web"}
+	lbStatus := v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "192.0.2.1"}}}
+	ready := discovery.EndpointConditions{Ready: ptr.To(true)}
+	nodeAddrs := []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.10"}}
+
+	tests := []struct {
+		name string
+		in   any
+		want any
+	}{{
+		name: "service",
+		in: &v1.Service{
+			ObjectMeta: noisyMeta(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"}),
+			Spec:       withSelector,
+			Status: v1.ServiceStatus{
+				LoadBalancer: lbStatus,
+				Conditions:   []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}},
+			},
+		},
+		want: &v1.Service{ObjectMeta: cleanMeta(nil), Spec: svcSpec, Status: v1.ServiceStatus{LoadBalancer: lbStatus}},
+	}, {
+		name: "endpointslice keeps the trigger time",
+		in: &discovery.EndpointSlice{
+			ObjectMeta:  noisyMeta(bigAnnotations),
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints: []discovery.Endpoint{{
+				Addresses:          []string{"10.1.0.1"},
+				Conditions:         ready,
+				Hostname:           ptr.To("pod-1"),
+				TargetRef:          &v1.ObjectReference{Kind: "Pod", Name: "pod-1"},
+				DeprecatedTopology: map[string]string{"kubernetes.io/hostname": "n1"},
+				NodeName:           ptr.To("n1"),
+				Zone:               ptr.To("z1"),
+				Hints:              &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: "z1"}}},
+			}},
+			Ports: []discovery.EndpointPort{{Port: ptr.To[int32](8080)}},
+		},
+		want: &discovery.EndpointSlice{
+			ObjectMeta:  cleanMeta(trigger),
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints: []discovery.Endpoint{{
+				Addresses:  []string{"10.1.0.1"},
+				Conditions: ready,
+				NodeName:   ptr.To("n1"),
+				Zone:       ptr.To("z1"),
+				Hints:      &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: "z1"}}},
+			}},
+			Ports: []discovery.EndpointPort{{Port: ptr.To[int32](8080)}},
+		},
+	}, {
+		name: "endpointslice with only the trigger time",
+		in:   &discovery.EndpointSlice{ObjectMeta: noisyMeta(trigger)},
+		want: &discovery.EndpointSlice{ObjectMeta: cleanMeta(trigger)},
+	}, {
+		name: "node keeps spec and addresses",
+		in: &v1.Node{
+			ObjectMeta: noisyMeta(map[string]string{"node.alpha.kubernetes.io/ttl": "0"}),
+			Spec:       v1.NodeSpec{PodCIDRs: []string{"10.1.0.0/24"}, Taints: []v1.Taint{{Key: "ToBeDeletedByClusterAutoscaler"}}},
+			Status: v1.NodeStatus{
+				Addresses:  nodeAddrs,
+				Images:     []v1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}},
+				Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+				NodeInfo:   v1.NodeSystemInfo{KubeletVersion: "v1.37.2"},
+			},
+		},
+		want: &v1.Node{
+			ObjectMeta: cleanMeta(nil),
+			Spec:       v1.NodeSpec{PodCIDRs: []string{"10.1.0.0/24"}, Taints: []v1.Taint{{Key: "ToBeDeletedByClusterAutoscaler"}}},
+			Status:     v1.NodeStatus{Addresses: nodeAddrs},
+		},
+	}, {
+		name: "other types pass through",
+		in:   &v1.Pod{ObjectMeta: noisyMeta(nil)},
+		want: &v1.Pod{ObjectMeta: noisyMeta(nil)},
+	}, {
+		name: "tombstones pass through",
+		in:   cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: &v1.Service{ObjectMeta: noisyMeta(nil)}},
+		want: cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: &v1.Service{ObjectMeta: noisyMeta(nil)}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := transformObject(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("transform (-want +got):\n%s", d)
+			}
+			again, err := transformObject(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, again); d != "" {
+				t.Errorf("transform is not idempotent (-want +got):\n%s", d)
+			}
+		})
+	}
+}
