@@ -1,0 +1,32 @@
+package main
+
+import (
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux"
+)
+
+// iptablesDryRun renders the iptables-restore input of both families. It
+// never touches the kernel: the iptables seams are in-memory fakes, and the
+// node's local addresses are read when this is Linux (they select NodePort
+// addresses), else taken as none.
+func iptablesDryRun(o *config.Options) (proxy.DryRunner, error) {
+	host := dryRunHost()
+	var fan proxy.FanOut
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		b, err := linux.New(linux.Options{
+			Rules:     iptablesConfig(o, fam),
+			Iptables:  linux.NewFakeIptables(),
+			NFTables:  &linux.FakeNFTables{},
+			Conntrack: &linux.FakeConntrack{},
+			Host:      host,
+		})
+		if err != nil {
+			return nil, err
+		}
+		fan = append(fan, b)
+	}
+	return fan, nil
+}

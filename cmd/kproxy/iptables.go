@@ -1,0 +1,29 @@
+package main
+
+import (
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/platform/linux/rules"
+)
+
+// iptablesConfig maps kproxy's configuration onto the iptables planner's for
+// one IP family.
+func iptablesConfig(o *config.Options, family v1.IPFamily) rules.Config {
+	c := rules.DefaultConfig(family)
+	c.MasqueradeBit = o.MasqueradeBit()
+	if c.FilterBit == c.MasqueradeBit {
+		c.FilterBit = rules.DefaultMasqueradeBit
+	}
+	c.MasqueradeAll = o.MasqueradeAll()
+	if dl := o.DetectLocal(); dl.Mode == config.LocalModeClusterCIDR {
+		c.ClusterCIDRs = dl.ClusterCIDRs
+	}
+	np := o.NodePortAddresses()
+	c.NodePortPrimary = np.Primary
+	if cidrs, all := np.ForFamily(family); !all {
+		c.NodePortAddresses = cidrs
+	}
+	c.LocalhostNodePorts = family == v1.IPv4Protocol && o.LocalhostNodePorts() && np.IncludesIPv4Loopback()
+	return c
+}

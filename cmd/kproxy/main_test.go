@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestDryRunExamples runs the command on docs/examples: the desired state of
+// a dual-stack Service, an externalTrafficPolicy Local Service, one with only
+// terminating endpoints and one with zone hints, as node1 in zone-a.
+func TestDryRunExamples(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	code := run(ctx, []string{"--manifests", filepath.Join("..", "..", "docs", "examples"),
+		"--hostname-override", "node1", "--dry-run", "--dry-run-output", "state"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	golden := filepath.Join("testdata", "examples-state.golden.yaml")
+	if *update {
+		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != string(want) {
+		t.Errorf("dry run output differs from %s (run with -update after checking):\n%s", golden, got)
+	}
+	for _, must := range []string{
+		"10.244.1.40:9000 node=node1 zone=zone-a ready local", // zone hints keep zone-a
+		"10.244.2.30:5353 node=node2 serving terminating",     // terminating fallback
+		"fd00:96::10", // the IPv6 view of the dual-stack Service
+		"10.244.1.20:8443 node=node1 ready local", // Local policy's local endpoint
+	} {
+		if !strings.Contains(out.String(), must) {
+			t.Errorf("output lacks %q", must)
+		}
+	}
+	if strings.Contains(out.String(), "10.244.2.40") {
+		t.Errorf("zone-b endpoint used despite zone hints")
+	}
+}
+
+func TestVersionAndBadFlags(t *testing.T) {
+	var out, errs bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, &out, &errs); code != 0 || !strings.Contains(out.String(), "kproxy") {
+		t.Errorf("--version: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	errs.Reset()
+	if code := run(context.Background(), []string{"--no-such-flag"}, &out, &errs); code != 2 {
+		t.Errorf("unknown flag: exit %d", code)
+	}
+	errs.Reset()
+	code := run(context.Background(), []string{"--iptables-masquerade-bit", "40", "--cluster-cidr", "junk", "--dry-run", "--manifests", "."}, &out, &errs)
+	if code != 1 || !strings.Contains(errs.String(), "masqueradeBit") || !strings.Contains(errs.String(), "clusterCIDR") {
+		t.Errorf("invalid config: exit %d, stderr %q (want every bad field listed)", code, errs.String())
+	}
+}

@@ -1,0 +1,18 @@
+package main
+
+import (
+	"github.com/kproxy/kproxy/pkg/app"
+	"github.com/kproxy/kproxy/pkg/config"
+)
+
+// modes returns the proxy modes of this build. Dry runs of every mode work
+// on every OS (iptablesDryRun, kernelspaceDryRun); each OS adds the backend
+// it can run (modes_linux.go, modes_windows.go).
+func modes() app.Modes {
+	m := app.Modes{
+		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun},
+		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun},
+	}
+	addPlatformModes(m)
+	return m
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/app"
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux"
+)
+
+func addPlatformModes(m app.Modes) {
+	mode := m[string(config.ModeIPTables)]
+	mode.NewBackend = newIPTablesBackend
+	mode.Cleanup = cleanupIPTables
+	m[string(config.ModeIPTables)] = mode
+}
+
+// newIPTablesBackend starts one backend per IP family the node's iptables
+// tools support: IPv4 always, IPv6 unless ip6tables is unusable (a node
+// without IPv6 gets an IPv4-only proxy, and says so).
+func newIPTablesBackend(ctx context.Context, o *config.Options, _ app.Env) (proxy.Backend, error) {
+	log := klog.FromContext(ctx)
+	var fan proxy.FanOut
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
+		if err != nil {
+			if fam == v1.IPv6Protocol {
+				log.Info("IPv6 Services are not proxied: the IPv6 iptables tools are unusable", "err", err)
+				continue
+			}
+			return nil, fmt.Errorf("%s: %w", fam, err)
+		}
+		cfg := iptablesConfig(o, fam)
+		cfg.RandomFully = linux.HasRandomFully(sys.Iptables)
+		b, err := linux.New(linux.Options{
+			Rules:        cfg,
+			KeepUpstream: !o.TakeOverKubeProxy,
+			Iptables:     sys.Iptables,
+			NFTables:     sys.NFTables,
+			Conntrack:    sys.Conntrack,
+			Host:         sys.Host,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fam, err)
+		}
+		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
+		fan = append(fan, b)
+	}
+	return fan, nil
+}
+
+// cleanupIPTables removes everything kproxy owns, in both families.
+func cleanupIPTables(ctx context.Context, o *config.Options) error {
+	var errs []error
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
+		if err != nil {
+			if fam == v1.IPv6Protocol {
+				continue // nothing can have been programmed
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+			continue
+		}
+		b, err := linux.New(linux.Options{Rules: iptablesConfig(o, fam), Iptables: sys.Iptables, NFTables: sys.NFTables,
+			Conntrack: sys.Conntrack, Host: sys.Host})
+		if err == nil {
+			err = b.Cleanup(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func dryRunHost() linux.Host {
+	if sys, err := linux.NewSystem(v1.IPv4Protocol, linux.FlavourAuto); err == nil {
+		return sys.Host
+	}
+	return &linux.FakeHost{}
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/app"
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/platform/windows"
+)
+
+func addPlatformModes(m app.Modes) {
+	mode := m[string(config.ModeKernelspace)]
+	mode.NewBackend = newHNSBackend
+	mode.Cleanup = cleanupHNS
+	m[string(config.ModeKernelspace)] = mode
+}
+
+// newHNSBackend starts one HNS backend per IP family; each only touches load
+// balancers and endpoints of its family.
+func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (proxy.Backend, error) {
+	hns, err := windows.NewHNS()
+	if err != nil {
+		return nil, fmt.Errorf("HNS: %w", err)
+	}
+	var fan proxy.FanOut
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		b, err := windows.New(hnsOptions(o, fam, hns, env))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fam, err)
+		}
+		fan = append(fan, b)
+	}
+	klog.FromContext(ctx).Info("HNS backend ready", "network", o.Winkernel().NetworkName)
+	return fan, nil
+}
+
+// cleanupHNS removes the load balancers and remote endpoints kproxy created.
+func cleanupHNS(ctx context.Context, o *config.Options) error {
+	hns, err := windows.NewHNS()
+	if err != nil {
+		return fmt.Errorf("HNS: %w", err)
+	}
+	var errs []error
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		b, err := windows.New(hnsOptions(o, fam, hns, app.Env{}))
+		if err == nil {
+			err = b.Cleanup(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func dryRunHost() linux.Host { return &linux.FakeHost{} }
