@@ -61,7 +61,8 @@ type Options struct {
 	Dir string
 	// Output, when set, also receives both servers' output, each line
 	// prefixed with the server's name. The output always goes to
-	// <Dir>/etcd.log and <Dir>/kube-apiserver.log.
+	// <Dir>/etcd.log and <Dir>/kube-apiserver.log. Both servers write to
+	// it, so it must be safe for concurrent use.
 	Output io.Writer
 	// ReadyTimeout bounds each wait for a server to become ready. Default 2m.
 	ReadyTimeout time.Duration

@@ -124,6 +124,14 @@ func (cp *ControlPlane) startLocked(ctx context.Context) error {
 	if cp.stopped {
 		return ErrStopped
 	}
+	// A server that died on its own is started again.
+	for _, p := range []**process{&cp.etcd, &cp.apiserver} {
+		if *p != nil {
+			if done, _ := (*p).exited(); done {
+				*p = nil
+			}
+		}
+	}
 	if cp.etcd == nil {
 		p, err := cp.run(ctx, "etcd", cp.opts.Binaries.Etcd, etcdArgs(cp.opts, cp.files), cp.etcdHealthy)
 		if err != nil {
@@ -235,13 +243,16 @@ func (cp *ControlPlane) StopAPIServer() error {
 	return nil
 }
 
-// StartAPIServer starts kube-apiserver again after StopAPIServer, on the same
-// address with the same certificates and tokens, and waits for /readyz.
+// StartAPIServer starts kube-apiserver again after StopAPIServer (or after it
+// exited on its own), on the same address with the same certificates and
+// tokens, and waits for /readyz. etcd is started too if it is not running.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if cp.apiserver != nil {
-		return errors.New("kube-apiserver is already running")
+		if done, _ := cp.apiserver.exited(); !done {
+			return errors.New("kube-apiserver is already running")
+		}
 	}
 	return cp.startLocked(ctx)
 }

@@ -51,17 +51,28 @@ func requirePrivileged(t *testing.T) {
 	}
 }
 
-// testBinaries returns the built servers. A build takes minutes, so outside
-// CI the test skips when they are missing unless KPROXY_CONTROLPLANE_BUILD=1;
-// under CI=true it builds them (normally "make controlplane" did already).
+// testBinaries returns the built servers. A cold build takes minutes, so
+// outside CI the test skips when they are missing unless
+// KPROXY_CONTROLPLANE_BUILD=1. Under CI=true it builds them ("make
+// controlplane" should have, before "go test"), or fails with that advice
+// when the test deadline leaves no time for a cold build.
 func testBinaries(t *testing.T) Binaries {
 	t.Helper()
-	build := os.Getenv("CI") == "true" || os.Getenv("KPROXY_CONTROLPLANE_BUILD") == "1"
-	bins, err := Ensure(context.Background(), BuildOptions{NoBuild: !build, Logf: t.Logf})
-	if errors.Is(err, ErrNotBuilt) {
+	bins, err := Ensure(context.Background(), BuildOptions{NoBuild: true})
+	if err == nil {
+		return bins
+	}
+	if !errors.Is(err, ErrNotBuilt) {
+		t.Fatal(err)
+	}
+	if os.Getenv("CI") != "true" && os.Getenv("KPROXY_CONTROLPLANE_BUILD") != "1" {
 		t.Skipf("%v; or set KPROXY_CONTROLPLANE_BUILD=1 to build from the test", err)
 	}
-	if err != nil {
+	if dl, ok := t.Deadline(); ok && time.Until(dl) < 20*time.Minute {
+		t.Fatalf("%v, and the test deadline (%s away) leaves no time for a cold build (about 8 minutes on 2 cores): "+
+			"build them before go test, or raise -timeout", err, time.Until(dl).Round(time.Second))
+	}
+	if bins, err = Ensure(context.Background(), BuildOptions{Logf: t.Logf}); err != nil {
 		t.Fatal(err)
 	}
 	return bins
@@ -89,16 +100,23 @@ func newNetns(t *testing.T, addr netip.Addr) string {
 			t.Errorf("deleting netns %s: %v\n%s", name, err, out)
 		}
 	})
-	// Guard: the namespace must not be the machine's initial one.
-	var ns, initial syscall.Stat_t
-	if err := syscall.Stat("/run/netns/"+name, &ns); err != nil {
+	// Guard: the new namespace must be neither this process's namespace nor
+	// PID 1's (skipped when a sandbox hides PID 1).
+	var created syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+name, &created); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Stat("/proc/1/ns/net", &initial); err != nil {
-		t.Fatal(err)
-	}
-	if ns.Ino == initial.Ino && ns.Dev == initial.Dev {
-		t.Fatalf("netns %s is the initial network namespace; refusing to continue", name)
+	for _, p := range []string{"/proc/self/ns/net", "/proc/1/ns/net"} {
+		var other syscall.Stat_t
+		if err := syscall.Stat(p, &other); err != nil {
+			if p == "/proc/self/ns/net" {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if created.Ino == other.Ino && created.Dev == other.Dev {
+			t.Fatalf("netns %s is the same namespace as %s; refusing to continue", name, p)
+		}
 	}
 	ipCmd(t, "-n", name, "link", "set", "lo", "up")
 	ipCmd(t, "-n", name, "addr", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", "lo")
