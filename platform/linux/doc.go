@@ -25,19 +25,26 @@
 //
 // The pure planner (package rules) renders iptables-restore input; the
 // Backend applies it with one iptables-restore --noflush per sync (nat and
-// filter together), then does what restore cannot: a full sync inserts the
-// jump rules from the built-in chains (go-iptables), sets route_localnet
-// for localhost NodePorts, and the first one takes over from kube-proxy
-// (removes its KUBE-* chains and jumps, and its "ip kube-proxy" or
-// "ip6 kube-proxy" nftables table) unless Options.KeepUpstream. After the
-// rules are in place, stale UDP conntrack flows are deleted over netlink.
+// filter together) and no other iptables command.
 //
-// A partial sync rewrites only the chains of the service ports that changed
-// and first checks the canary chains (KPROXY-CANARY in nat and filter hold
-// one rule): when a flush or deletion removed them, the sync becomes full.
+// A partial sync rewrites only the chains whose content changed among those
+// of the service ports that changed. Its restore input also deletes and
+// re-adds the rule of the canary chain (KPROXY-CANARY, in nat and filter):
+// if someone flushed the table or deleted kproxy's chains, the restore
+// fails as a whole and the Backend goes on with a full sync at once.
+//
 // A full sync (first sync, after any failure, periodically) reads the
-// tables with iptables-save, rewrites every owned chain and deletes the
-// stale ones, including those of earlier runs.
+// tables with iptables-save and writes only the owned chains whose rules
+// differ from the kernel's (kproxy spells rules exactly as iptables-save
+// prints them), deletes stale ones (including those of earlier runs), and,
+// in the same restore, inserts the missing jump rules from the built-in
+// chains and, the first time, takes over from kube-proxy: its KUBE-* chains
+// and jumps go away in the same atomic step, then its "ip kube-proxy" or
+// "ip6 kube-proxy" nftables table is deleted (unless Options.KeepUpstream).
+// It also sets route_localnet for localhost NodePorts. After the rules are
+// in place, stale UDP conntrack flows are deleted over netlink. go-iptables
+// serves Cleanup (deleting jump rules) and the tools' version and
+// --random-fully probe.
 //
 // # Ownership
 //

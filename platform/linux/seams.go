@@ -18,22 +18,17 @@ func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
 
 // Iptables is the seam to one IP family's iptables tools, in one flavour.
 // Implementations: the real tools (NewSystemIptables, Linux only) and
-// FakeIptables.
+// FakeIptables. Everything a sync writes goes through Restore; jump rules
+// are inserted by a full sync's restore (it has just read the table, so it
+// knows which are missing) and deleted one by one by Cleanup.
 type Iptables interface {
 	// Restore runs iptables-restore --noflush (waiting for the xtables lock)
 	// with data as input. It is atomic: on error nothing changed.
 	Restore(ctx context.Context, data []byte) error
 	// Save returns the iptables-save output of one table.
 	Save(ctx context.Context, table string) ([]byte, error)
-	// List returns a chain in iptables -S form; an error wrapping
-	// ErrNotExist when the chain does not exist.
-	List(ctx context.Context, table, chain string) ([]string, error)
-	// Exists reports whether chain holds a rule equal to spec (iptables -C).
-	Exists(ctx context.Context, table, chain string, spec ...string) (bool, error)
-	// Insert inserts a rule at a 1-based position (iptables -I).
-	Insert(ctx context.Context, table, chain string, pos int, spec ...string) error
-	// Delete deletes a rule (iptables -D); an error wrapping ErrNotExist
-	// when there is no such rule.
+	// Delete deletes one rule of a built-in chain (iptables -D, through
+	// go-iptables); an error wrapping ErrNotExist when there is no such rule.
 	Delete(ctx context.Context, table, chain string, spec ...string) error
 	// Describe names the tools, for logs ("iptables-nft v1.8.9").
 	Describe() string

@@ -156,20 +156,6 @@ func (s *systemIptables) Save(ctx context.Context, table string) ([]byte, error)
 	return out, nil
 }
 
-func (s *systemIptables) List(_ context.Context, table, chain string) ([]string, error) {
-	out, err := s.ipt.List(table, chain)
-	return out, classify(err)
-}
-
-func (s *systemIptables) Exists(_ context.Context, table, chain string, spec ...string) (bool, error) {
-	ok, err := s.ipt.Exists(table, chain, spec...)
-	return ok, classify(err)
-}
-
-func (s *systemIptables) Insert(_ context.Context, table, chain string, pos int, spec ...string) error {
-	return classify(s.ipt.Insert(table, chain, pos, spec...))
-}
-
 func (s *systemIptables) Delete(_ context.Context, table, chain string, spec ...string) error {
 	return classify(s.ipt.Delete(table, chain, spec...))
 }

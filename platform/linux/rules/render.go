@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -128,6 +129,21 @@ func (w *builder) add(parts ...string) {
 		w.b = append(w.b, ' ')
 		w.b = append(w.b, p...)
 	}
+	w.b = append(w.b, '\n')
+	w.n++
+}
+
+// begin starts a rule: "-A CHAIN".
+func (w *builder) begin() {
+	w.b = append(w.b, "-A "...)
+	w.b = append(w.b, w.chain...)
+}
+
+// str appends to the rule being written.
+func (w *builder) str(s string) { w.b = append(w.b, s...) }
+
+// end finishes a rule.
+func (w *builder) end() {
 	w.b = append(w.b, '\n')
 	w.n++
 }
@@ -409,31 +425,55 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 // dnatRules renders the load-balancing rules over eps: with session
 // affinity, first one "recently seen" rule per endpoint, then one rule per
 // endpoint taken with probability 1/(remaining endpoints), the last one
-// unconditionally.
+// unconditionally. It is the hot loop of a full plan: it appends bytes
+// directly.
 func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, eps []proxy.Endpoint) {
 	affinity := sp.AffinityTimeoutSeconds > 0
-	var seconds string
-	lists := make([]string, 0, len(eps))
+	per := 96 + len(w.chain)
 	if affinity {
-		seconds = strconv.Itoa(int(sp.AffinityTimeoutSeconds))
+		per += 220
+	}
+	w.b = slices.Grow(w.b, per*len(eps))
+	var lists []string
+	if affinity {
+		seconds := strconv.Itoa(int(sp.AffinityTimeoutSeconds))
+		lists = make([]string, 0, len(eps))
 		for _, ep := range eps {
 			list := affinityList(sp.Name, ep)
 			lists = append(lists, list)
-			w.add("-p", proto, "-m recent --update --seconds", seconds, "--reap --name", list,
-				"--mask", r.recentMask, "--rsource -j DNAT --to-destination", ep.String())
+			w.begin()
+			w.str(" -p ")
+			w.str(proto)
+			w.str(" -m recent --update --seconds ")
+			w.str(seconds)
+			w.str(" --reap --name ")
+			w.str(list)
+			w.str(" --mask ")
+			w.str(r.recentMask)
+			w.str(" --rsource -j DNAT --to-destination ")
+			w.b = ep.AddrPort().AppendTo(w.b)
+			w.end()
 		}
 	}
 	n := len(eps)
 	for i, ep := range eps {
-		stat := ""
+		w.begin()
+		w.str(" -p ")
+		w.str(proto)
 		if i < n-1 {
-			stat = "-m statistic --mode random --probability " + r.probability(n-i)
+			w.str(" -m statistic --mode random --probability ")
+			w.str(r.probability(n - i))
 		}
-		set := ""
 		if affinity {
-			set = "-m recent --set --name " + lists[i] + " --mask " + r.recentMask + " --rsource"
+			w.str(" -m recent --set --name ")
+			w.str(lists[i])
+			w.str(" --mask ")
+			w.str(r.recentMask)
+			w.str(" --rsource")
 		}
-		w.add("-p", proto, stat, set, "-j DNAT --to-destination", ep.String())
+		w.str(" -j DNAT --to-destination ")
+		w.b = ep.AddrPort().AppendTo(w.b)
+		w.end()
 	}
 }
 
