@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,11 +129,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.p = &Proxy{Cluster: c, Binary: kproxyBin, ManifestDir: e.dir, LogDir: t.TempDir(), Config: o.config, Extra: o.extra}
 	// A host firewall in the test's iptables flavour: a FORWARD policy of
 	// DROP, as many hosts have (Service traffic must still be forwarded:
-	// kproxy accepts it), and one rule, which makes this flavour the one the
-	// host "already uses".
+	// kproxy accepts it), and a stateful rule, which makes this flavour the
+	// one the host "already uses" and turns connection tracking on in the
+	// namespace before kproxy runs.
 	for _, fam := range families() {
 		e.iptables(fam, "-P", "FORWARD", "DROP")
-		e.iptables(fam, "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+		e.iptables(fam, "-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
 	}
 	svc, slices, err := Sentinel(e.top)
 	if err != nil {
@@ -261,10 +261,27 @@ func (e *env) dumpRules() {
 			e.t.Logf("%s in node1:\n%s", cmd, lastLines(string(out), 200))
 		}
 	}
-	if e.p.LogDir != "" {
-		logs, _ := filepath.Glob(filepath.Join(e.p.LogDir, "*.log"))
-		e.t.Logf("kproxy logs: %v", logs)
+	if p := e.p.Process(); p != nil {
+		e.t.Logf("kproxy run %d output (desired-state dumps left out):\n%s", e.p.runs, lastLines(withoutDumps(p.Output()), 60))
 	}
+}
+
+// withoutDumps drops the multi-line desired-state dumps kproxy logs at -v=2.
+func withoutDumps(out string) string {
+	var keep []string
+	skipping := false
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, `"Desired state"`):
+			skipping = true
+			continue
+		case skipping && (strings.HasPrefix(l, "\t") || strings.HasPrefix(l, " >") || strings.TrimSpace(l) == ">"):
+			continue
+		}
+		skipping = false
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
 }
 
 func lastLines(s string, n int) string {

@@ -180,8 +180,10 @@ func (e *env) until(ctx context.Context, addrs []netip.AddrPort, limit time.Dura
 }
 
 // TestUDPConntrack: a UDP client that keeps its source port follows an
-// endpoint change (stale conntrack entries are flushed), and reaches a
-// Service that gets its first endpoint.
+// endpoint change (stale conntrack entries are flushed), and a client on
+// node1 reaches a Service that gets its first endpoint although it sent to
+// the ClusterIP before any rule existed (the stale entry without DNAT would
+// black-hole it).
 func TestUDPConntrack(t *testing.T) {
 	top := proxytest.Default()
 	moving := top.Service("udp-move", 102)
@@ -193,54 +195,67 @@ func TestUDPConntrack(t *testing.T) {
 		}
 		return []any{svc, slices[0], slices[1]}
 	}
-	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: append(slicesOf(moving, proxytest.PodB1), slicesOf(first)...)})
-	ctx := e.ctx(2 * time.Minute)
-
 	// Fixed client ports, one per family and case.
 	base := 20000 + rand.IntN(20000)
 	port := func(i int) int { return base + i }
 
-	// Steady state: each fixed-port client reaches pod-b1 / is rejected.
+	e := newEnv(t, envOptions{
+		config:  proxytest.DefaultConfig(),
+		objects: append(slicesOf(moving, proxytest.PodB1), slicesOf(first)...),
+		before: func(e *env) {
+			// Before kproxy runs, nothing handles the ClusterIP: node1
+			// sends the datagrams to its default router, which drops
+			// them, and conntrack remembers the flow as it is.
+			for i, fam := range families() {
+				r := e.c.Probe(e.ctx(time.Minute), proxytest.Node1, "udp", clusterIP(first, fam), echo.ProbeOptions{LocalPort: port(2 + i), Timeout: 300 * time.Millisecond})
+				if r.Outcome != echo.Dropped {
+					t.Fatalf("%s to udp-first before kproxy: %v, want dropped", fam, r)
+				}
+			}
+		},
+	})
+	ctx := e.ctx(2 * time.Minute)
+
+	// Steady state: the udp-move clients reach pod-b1.
 	for i, fam := range families() {
 		r := e.probe(ctx, "udp", clusterIP(moving, fam), echo.ProbeOptions{LocalPort: port(i)})
 		if r.Outcome != echo.Answer || r.Reply.Name != proxytest.PodB1 {
 			t.Fatalf("%s before the change: %v, want an answer from pod-b1", fam, r)
-		}
-		r = e.probe(ctx, "udp", clusterIP(first, fam), echo.ProbeOptions{LocalPort: port(2 + i)})
-		if r.Outcome != echo.Rejected {
-			t.Fatalf("%s to a Service without endpoints: %v, want rejected", fam, r)
 		}
 	}
 
 	// Move udp-move to pod-b2 and give udp-first its first endpoint.
 	e.write("objects.yaml", append(slicesOf(moving, proxytest.PodB2), slicesOf(first, proxytest.PodA1)...)...)
 	t0 := time.Now()
+	var wg sync.WaitGroup
 	for i, fam := range families() {
 		for _, tc := range []struct {
+			from string
 			svc  *v1.Service
 			port int
 			want string
-		}{{moving, port(i), proxytest.PodB2}, {first, port(2 + i), proxytest.PodA1}} {
-			var last echo.Result
-			reached := false
-			for time.Since(t0) < 5*time.Second && ctx.Err() == nil {
-				last = e.probe(ctx, "udp", clusterIP(tc.svc, fam), echo.ProbeOptions{LocalPort: tc.port, Timeout: 300 * time.Millisecond})
-				if last.Outcome == echo.Answer && last.Reply.Name == tc.want {
-					reached = true
-					break
+		}{{proxytest.Client1, moving, port(i), proxytest.PodB2}, {proxytest.Node1, first, port(2 + i), proxytest.PodA1}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var last echo.Result
+				for time.Since(t0) < 5*time.Second && ctx.Err() == nil {
+					last = e.c.Probe(ctx, tc.from, "udp", clusterIP(tc.svc, fam), echo.ProbeOptions{LocalPort: tc.port, Timeout: 300 * time.Millisecond})
+					if last.Outcome == echo.Answer && last.Reply.Name == tc.want {
+						took := time.Since(t0)
+						t.Logf("%s %s: fixed-port client reached %s %v after the change", fam, tc.svc.Name, tc.want, took.Round(time.Millisecond))
+						if took > 2500*time.Millisecond {
+							t.Errorf("%s %s: the fixed-port client needed %v to follow the change, want about 2s", fam, tc.svc.Name, took)
+						}
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
 				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if !reached {
 				t.Errorf("%s %s from fixed port %d: still %v 5s after the change, want %s", fam, tc.svc.Name, tc.port, last, tc.want)
-				continue
-			}
-			t.Logf("%s %s: fixed-port client reached %s %v after the change", fam, tc.svc.Name, tc.want, time.Since(t0).Round(time.Millisecond))
+			}()
 		}
 	}
-	if time.Since(t0) > 2*time.Second+500*time.Millisecond {
-		t.Errorf("UDP clients needed %v to follow the change, want about 2s", time.Since(t0))
-	}
+	wg.Wait()
 }
 
 // TestRestart: kproxy stopped (SIGTERM) or killed (SIGKILL) and started again
@@ -381,7 +396,9 @@ func TestFlushedChainsRestored(t *testing.T) {
 					t.Fatalf("%s not restored %v after the flush", addr, syncPeriod+5*time.Second)
 				}
 				t.Logf("%s restored %v after the flush", addr, at.Sub(t0).Round(time.Millisecond))
-				if at.Sub(t0) > syncPeriod+time.Second {
+				// One syncPeriod, plus the sync itself and scheduling on a
+				// busy machine.
+				if at.Sub(t0) > syncPeriod+2*time.Second {
 					t.Errorf("%s restored after %v, want within one syncPeriod (%v)", addr, at.Sub(t0), syncPeriod)
 				}
 			}
