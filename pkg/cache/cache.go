@@ -11,7 +11,6 @@
 package cache
 
 import (
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -56,10 +55,9 @@ type Cache struct {
 	allDirty  bool
 	nodeDirty bool
 
-	// ports holds the published desired state per family; shared with the
+	// fams holds the published desired state per family; shared with the
 	// last Snapshot until the next change copies it.
-	ports  [2]map[proxy.ServicePortName]*proxy.ServicePort
-	shared bool
+	fams [2]famState
 	// portNames lists the ports each Service contributed, to remove them.
 	portNames map[types.NamespacedName][]proxy.ServicePortName
 	last      *proxy.Snapshot
@@ -91,7 +89,7 @@ func New(opts Options) *Cache {
 		services:  map[types.NamespacedName]*svcInfo{},
 		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
 		dirty:     map[types.NamespacedName]struct{}{},
-		ports:     [2]map[proxy.ServicePortName]*proxy.ServicePort{{}, {}},
+		fams:      [2]famState{{ports: map[proxy.ServicePortName]*proxy.ServicePort{}}, {ports: map[proxy.ServicePortName]*proxy.ServicePort{}}},
 		portNames: map[types.NamespacedName][]proxy.ServicePortName{},
 		changed:   map[proxy.ServicePortName]uint64{},
 		node:      proxy.Node{Name: opts.NodeName},
@@ -250,10 +248,9 @@ func (c *Cache) Snapshot() (*proxy.Snapshot, proxy.Changes) {
 		c.last = &proxy.Snapshot{
 			Generation: c.gen,
 			Node:       c.node,
-			IPv4:       proxy.NewFamilyView(v1.IPv4Protocol, c.ports[0]),
-			IPv6:       proxy.NewFamilyView(v1.IPv6Protocol, c.ports[1]),
+			IPv4:       c.fams[0].publish(v1.IPv4Protocol),
+			IPv6:       c.fams[1].publish(v1.IPv6Protocol),
 		}
-		c.shared = true
 	}
 	if c.open.svcEvents+c.open.endpointEvents > 0 {
 		c.open.gen = c.last.Generation
@@ -306,10 +303,6 @@ func (c *Cache) recomputeLocked(gen uint64) bool {
 func (c *Cache) applyLocked(name types.NamespacedName, fresh [2][]*proxy.ServicePort, gen uint64) bool {
 	changed := false
 	mark := func(n proxy.ServicePortName) {
-		if !changed && c.shared {
-			c.ports[0], c.ports[1] = maps.Clone(c.ports[0]), maps.Clone(c.ports[1])
-			c.shared = false
-		}
 		changed = true
 		if _, ok := c.changed[n]; !ok {
 			c.changed[n] = gen
@@ -327,18 +320,18 @@ func (c *Cache) applyLocked(name types.NamespacedName, fresh [2][]*proxy.Service
 			if !slices.Contains(names, sp.Name) {
 				names = append(names, sp.Name)
 			}
-			if old, ok := c.ports[fam][sp.Name]; ok && equalPorts(old, sp) {
+			if old, ok := c.fams[fam].ports[sp.Name]; ok && equalPorts(old, sp) {
 				continue
 			}
 			mark(sp.Name)
-			c.ports[fam][sp.Name] = sp
+			c.fams[fam].set(sp)
 		}
 	}
 	for _, n := range c.portNames[name] {
-		for fam := range c.ports {
-			if _, ok := c.ports[fam][n]; ok && !seen[famName{fam, n}] {
+		for fam := range c.fams {
+			if _, ok := c.fams[fam].ports[n]; ok && !seen[famName{fam, n}] {
 				mark(n)
-				delete(c.ports[fam], n)
+				c.fams[fam].remove(n)
 			}
 		}
 	}

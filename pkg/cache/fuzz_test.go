@@ -126,6 +126,14 @@ func checkInvariants(t *testing.T, snap *proxy.Snapshot) {
 		if len(view.Sorted()) != view.Len() {
 			t.Fatalf("%s: sorted view has %d ports, map %d", fam, len(view.Sorted()), view.Len())
 		}
+		for i, p := range view.Sorted() {
+			if view.Ports[p.Name] != p {
+				t.Fatalf("%s: sorted view holds %s not in the map", fam, p.Name)
+			}
+			if i > 0 && !view.Sorted()[i-1].Name.Less(p.Name) {
+				t.Fatalf("%s: sorted view out of order at %s", fam, p.Name)
+			}
+		}
 		is4 := fam == v1.IPv4Protocol
 		for name, p := range view.Ports {
 			if p.Name != name || p.Family != fam {

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"net/netip"
 	"slices"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -16,9 +15,22 @@ const (
 
 // candidate is one merged endpoint of a service port before selection.
 type candidate struct {
-	ep        proxy.Endpoint
-	zoneHints []string
-	nodeHints []string
+	ep    proxy.Endpoint
+	hints *hints
+}
+
+func (c *candidate) zoneHints() []string {
+	if c.hints == nil {
+		return nil
+	}
+	return c.hints.zones
+}
+
+func (c *candidate) nodeHints() []string {
+	if c.hints == nil {
+		return nil
+	}
+	return c.hints.nodes
 }
 
 // servicePorts computes the desired state of every port of svc in family fam,
@@ -60,8 +72,13 @@ func servicePorts(svc *svcInfo, sl []*sliceInfo, fam int, node *proxy.Node) []*p
 // number is resolved per slice). The same address and port in two slices
 // collapse into one, keeping the better conditions.
 func mergeEndpoints(sl []*sliceInfo, fam int, p svcPortInfo, nodeName string) []candidate {
-	var out []candidate
-	index := map[netip.AddrPort]int{}
+	n := 0
+	for _, s := range sl {
+		if s.fam == fam {
+			n += len(s.eps)
+		}
+	}
+	out := make([]candidate, 0, n)
 	for _, s := range sl {
 		if s.fam != fam {
 			continue
@@ -78,33 +95,42 @@ func mergeEndpoints(sl []*sliceInfo, fam int, p svcPortInfo, nodeName string) []
 		}
 		for i := range s.eps {
 			e := &s.eps[i]
-			key := netip.AddrPortFrom(e.ip, uint16(port))
-			c := candidate{
+			out = append(out, candidate{
 				ep: proxy.Endpoint{
 					IP: e.ip, Port: port, NodeName: e.nodeName, Zone: e.zone,
 					Ready: e.ready, Serving: e.serving, Terminating: e.terminating,
 					Local: nodeName != "" && e.nodeName == nodeName,
 				},
-				zoneHints: e.zoneHints,
-				nodeHints: e.nodeHints,
-			}
-			if j, dup := index[key]; dup {
-				if better(e, &sliceEndpoint{ready: out[j].ep.Ready, serving: out[j].ep.Serving}) {
-					out[j] = c
-				}
-				continue
-			}
-			index[key] = len(out)
-			out = append(out, c)
+				hints: e.hints,
+			})
 		}
 	}
-	slices.SortFunc(out, func(a, b candidate) int {
+	// Sort by address and port, the better copy of a duplicate first (the
+	// sort is stable: among equals, the slice earlier by name wins), then
+	// keep the first of each run.
+	slices.SortStableFunc(out, func(a, b candidate) int {
 		if c := a.ep.IP.Compare(b.ep.IP); c != 0 {
 			return c
 		}
-		return int(a.ep.Port - b.ep.Port)
+		if a.ep.Port != b.ep.Port {
+			return int(a.ep.Port - b.ep.Port)
+		}
+		return rank(&b.ep) - rank(&a.ep)
 	})
-	return out
+	return slices.CompactFunc(out, func(a, b candidate) bool { return a.ep.AddrPort() == b.ep.AddrPort() })
+}
+
+// rank orders duplicate copies of an endpoint: ready beats not ready, then
+// serving beats not serving.
+func rank(e *proxy.Endpoint) int {
+	r := 0
+	if e.Ready {
+		r += 2
+	}
+	if e.Serving {
+		r++
+	}
+	return r
 }
 
 // categorize selects, with the Kubernetes semantics, the endpoints for
@@ -154,9 +180,19 @@ func categorize(cands []candidate, sp *proxy.ServicePort, nodeName, zone string)
 	return cluster, local, hasAny
 }
 
-// pick returns the endpoints kept by keep, or nil when none is.
+// pick returns the endpoints kept by keep, or nil when none is. The result
+// is allocated at its exact size: it lives as long as the snapshot.
 func pick(cands []candidate, keep func(*candidate) bool) []proxy.Endpoint {
-	var out []proxy.Endpoint
+	n := 0
+	for i := range cands {
+		if keep(&cands[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]proxy.Endpoint, 0, n)
 	for i := range cands {
 		if keep(&cands[i]) {
 			out = append(out, cands[i].ep)
@@ -174,14 +210,14 @@ func topologyMode(cands []candidate, nodeName, zone string) string {
 			continue
 		}
 		anyReady = true
-		if len(c.nodeHints) == 0 {
+		if len(c.nodeHints()) == 0 {
 			allNode = false
-		} else if slices.Contains(c.nodeHints, nodeName) {
+		} else if slices.Contains(c.nodeHints(), nodeName) {
 			forNode = true
 		}
-		if len(c.zoneHints) == 0 {
+		if len(c.zoneHints()) == 0 {
 			allZone = false
-		} else if zone != "" && slices.Contains(c.zoneHints, zone) {
+		} else if zone != "" && slices.Contains(c.zoneHints(), zone) {
 			forZone = true
 		}
 	}
@@ -199,9 +235,9 @@ func topologyMode(cands []candidate, nodeName, zone string) string {
 func availableForTopology(c *candidate, mode, nodeName, zone string) bool {
 	switch mode {
 	case topologySameNode:
-		return slices.Contains(c.nodeHints, nodeName)
+		return slices.Contains(c.nodeHints(), nodeName)
 	case topologySameZone:
-		return slices.Contains(c.zoneHints, zone)
+		return slices.Contains(c.zoneHints(), zone)
 	}
 	return true
 }

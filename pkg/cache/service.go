@@ -149,22 +149,22 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 	exposesNodePorts := info.typ == v1.ServiceTypeNodePort || info.typ == v1.ServiceTypeLoadBalancer
 	seen := map[string]bool{}
 	for i, p := range svc.Spec.Ports {
-		f := fmt.Sprintf("spec.ports[%d]", i)
+		f := func(sub string) string { return fmt.Sprintf("spec.ports[%d].%s", i, sub) }
 		proto := p.Protocol
 		if proto == "" {
 			proto = v1.ProtocolTCP
 		}
 		if !validProtocol(proto) {
-			bad(f+".protocol", "unsupported protocol %q", p.Protocol)
+			bad(f("protocol"), "unsupported protocol %q", p.Protocol)
 			continue
 		}
 		if !validPort(p.Port) {
-			bad(f+".port", "port %d out of range 1-65535", p.Port)
+			bad(f("port"), "port %d out of range 1-65535", p.Port)
 			continue
 		}
 		key := p.Name + "/" + string(proto)
 		if seen[key] {
-			bad(f+".name", "duplicate port name %q for %s", p.Name, proto)
+			bad(f("name"), "duplicate port name %q for %s", p.Name, proto)
 			continue
 		}
 		seen[key] = true
@@ -173,7 +173,7 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 			if validPort(p.NodePort) {
 				pi.nodePort = p.NodePort
 			} else {
-				bad(f+".nodePort", "nodePort %d out of range 1-65535, ignored", p.NodePort)
+				bad(f("nodePort"), "nodePort %d out of range 1-65535, ignored", p.NodePort)
 			}
 		}
 		info.ports = append(info.ports, pi)

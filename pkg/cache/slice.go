@@ -37,7 +37,12 @@ type sliceEndpoint struct {
 	ip                          netip.Addr
 	ready, serving, terminating bool
 	nodeName, zone              string
-	zoneHints, nodeHints        []string // sorted
+	hints                       *hints // nil when the endpoint has none
+}
+
+// hints are an endpoint's topology hints, sorted.
+type hints struct {
+	zones, nodes []string
 }
 
 // parseSlice reads an EndpointSlice. It returns nil for slices the proxy
@@ -74,7 +79,7 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 		}
 	}
 	for i, p := range es.Ports {
-		f := fmt.Sprintf("ports[%d]", i)
+		f := func(sub string) string { return fmt.Sprintf("ports[%d].%s", i, sub) }
 		if p.Port == nil {
 			continue // "all ports": not meaningful for Services
 		}
@@ -86,19 +91,20 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 			sp.protocol = *p.Protocol
 		}
 		if !validPort(sp.port) {
-			bad(f+".port", "port %d out of range 1-65535", sp.port)
+			bad(f("port"), "port %d out of range 1-65535", sp.port)
 			continue
 		}
 		if !validProtocol(sp.protocol) {
-			bad(f+".protocol", "unsupported protocol %q", sp.protocol)
+			bad(f("protocol"), "unsupported protocol %q", sp.protocol)
 			continue
 		}
 		info.ports = append(info.ports, sp)
 	}
+	info.eps = make([]sliceEndpoint, 0, len(es.Endpoints))
 	for i, ep := range es.Endpoints {
-		f := fmt.Sprintf("endpoints[%d]", i)
+		f := func(sub string) string { return fmt.Sprintf("endpoints[%d].%s", i, sub) }
 		if len(ep.Addresses) == 0 {
-			bad(f+".addresses", "no address")
+			bad(f("addresses"), "no address")
 			continue
 		}
 		// Like upstream, only the first address of an endpoint is used.
@@ -107,7 +113,7 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 			err = fmt.Errorf("address %s is not of the slice's address type %s", a, es.AddressType)
 		}
 		if err != nil {
-			bad(f+".addresses[0]", "%v", err)
+			bad(f("addresses[0]"), "%v", err)
 			continue
 		}
 		se := sliceEndpoint{
@@ -122,30 +128,19 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 		if ep.Zone != nil {
 			se.zone = *ep.Zone
 		}
-		if ep.Hints != nil {
+		if ep.Hints != nil && len(ep.Hints.ForZones)+len(ep.Hints.ForNodes) > 0 {
+			h := &hints{}
 			for _, z := range ep.Hints.ForZones {
-				se.zoneHints = append(se.zoneHints, z.Name)
+				h.zones = append(h.zones, z.Name)
 			}
 			for _, n := range ep.Hints.ForNodes {
-				se.nodeHints = append(se.nodeHints, n.Name)
+				h.nodes = append(h.nodes, n.Name)
 			}
-			slices.Sort(se.zoneHints)
-			slices.Sort(se.nodeHints)
+			slices.Sort(h.zones)
+			slices.Sort(h.nodes)
+			se.hints = h
 		}
 		info.eps = append(info.eps, se)
 	}
 	return info, problems
-}
-
-// better reports whether endpoint a should win over b when the same address
-// appears twice (in two slices of one Service, e.g. while it moves between
-// them): ready beats not ready, then serving beats not serving.
-func better(a, b *sliceEndpoint) bool {
-	if a.ready != b.ready {
-		return a.ready
-	}
-	if a.serving != b.serving {
-		return a.serving
-	}
-	return false
 }

@@ -47,6 +47,13 @@ func NewFamilyView(f v1.IPFamily, ports map[ServicePortName]*ServicePort) *Famil
 	return &FamilyView{Family: f, Ports: ports, sorted: sorted}
 }
 
+// NewSortedFamilyView builds a view from its ports and the same ports in
+// ServicePortName order (the caller guarantees it). Neither may be modified
+// afterwards.
+func NewSortedFamilyView(f v1.IPFamily, ports map[ServicePortName]*ServicePort, sorted []*ServicePort) *FamilyView {
+	return &FamilyView{Family: f, Ports: ports, sorted: sorted}
+}
+
 // Sorted returns the ports in ServicePortName order. The slice is shared: do not modify it.
 func (v *FamilyView) Sorted() []*ServicePort { return v.sorted }
 
