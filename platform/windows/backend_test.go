@@ -74,16 +74,16 @@ func addrs(list ...string) (out []netip.Addr) {
 }
 
 // sync runs one sync and returns its error and the HNS calls it made.
-func (h *harness) sync(s *proxy.Snapshot, ch proxy.Changes) (error, map[string]int) {
+func (h *harness) sync(s *proxy.Snapshot, ch proxy.Changes) (map[string]int, error) {
 	h.t.Helper()
 	h.f.ResetCalls()
 	err := h.b.Sync(context.Background(), s, ch)
-	return err, h.f.Calls()
+	return h.f.Calls(), err
 }
 
 func (h *harness) mustSync(s *proxy.Snapshot, ch proxy.Changes) map[string]int {
 	h.t.Helper()
-	err, calls := h.sync(s, ch)
+	calls, err := h.sync(s, ch)
 	if err != nil {
 		h.t.Fatalf("sync: %v", err)
 	}
@@ -217,14 +217,14 @@ func TestBackendHNSRestartingMidSync(t *testing.T) {
 	for n := 8; n < 12; n++ {
 		h.f.FailCall(n, NewError("any", CodeManagerStopped, ErrFakeRestarting))
 	}
-	err, calls := h.sync(webAndDNS(), proxy.Changes{Full: true})
+	calls, err := h.sync(webAndDNS(), proxy.Changes{Full: true})
 	if !IsTransient(err) {
 		t.Fatalf("want a transient error, got %v", err)
 	}
 	expectCalls(t, "interrupted sync", calls, "CreateEndpoint=3 CreateLoadBalancer=1 "+listCalls+" Version=1")
 
 	// The runner retries (with backoff) while HNS is still down.
-	err, calls = h.sync(webAndDNS(), proxy.Changes{Full: true})
+	calls, err = h.sync(webAndDNS(), proxy.Changes{Full: true})
 	if !IsTransient(err) {
 		t.Fatalf("retry while down: want a transient error, got %v", err)
 	}
@@ -305,7 +305,7 @@ func TestBackendNetworkRecreated(t *testing.T) {
 
 func TestBackendWaitsForNetwork(t *testing.T) {
 	h := newHarness(t, Network{Name: "other", Type: NetworkTypeL2Bridge}, hnsModern)
-	err, _ := h.sync(webAndDNS(), proxy.Changes{Full: true})
+	_, err := h.sync(webAndDNS(), proxy.Changes{Full: true})
 	if !IsNotFound(err) || !strings.Contains(err.Error(), `waiting for HNS network "net"`) {
 		t.Fatalf("want a not-found error waiting for the network, got %v", err)
 	}
@@ -447,7 +447,7 @@ func TestBackendMetrics(t *testing.T) {
 	m := &recordingMetrics{}
 	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern, func(o *Options) { o.Metrics = m })
 	h.f.FailOp(OpCreateLoadBalancer, NewError(OpCreateLoadBalancer, CodeInvalidArg, errors.New("bad")))
-	err, _ := h.sync(webAndDNS(), proxy.Changes{Full: true})
+	_, err := h.sync(webAndDNS(), proxy.Changes{Full: true})
 	if err == nil {
 		t.Fatal("want the injected error")
 	}
