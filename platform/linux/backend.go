@@ -116,7 +116,8 @@ func (b *Backend) Last() SyncResult {
 // A partial sync writes only the chains that changed; its restore input
 // also deletes and re-adds the canary rule, so if someone flushed the table
 // or deleted kproxy's chains the restore fails as a whole and Sync goes on
-// with a full sync at once. A full sync reads the tables (iptables-save),
+// with a full sync at once. A partial sync with nothing to write (the
+// runner's periodic sync) lists the canary chains instead. A full sync reads the tables (iptables-save),
 // rewrites every owned chain whose rules differ from what kproxy wants,
 // deletes stale ones, ensures the jump rules, and (once) takes over from
 // upstream kube-proxy. Stale UDP conntrack flows are deleted last.
@@ -134,6 +135,10 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	}
 	full := ch.Full || b.needFull
 	plan, err := b.apply(ctx, snap, ch, full)
+	if err == nil && !full && plan.Stats.WrittenChains == 0 && plan.Stats.DeletedChains == 0 && !b.canaryOK(ctx) {
+		// Nothing to write, so no restore carried the canary check: look.
+		err = errCanary
+	}
 	if err != nil && !full {
 		klog.InfoS("Partial sync failed (kproxy's chains flushed or changed behind its back?): full sync", "family", b.family, "err", err)
 		full = true
@@ -292,6 +297,23 @@ func (b *Backend) deleteNFTable(ctx context.Context) {
 			klog.InfoS("Took over from kube-proxy: deleted its nftables table", "table", t)
 		}
 	}
+}
+
+// errCanary says the canary rule is gone: someone flushed a table or deleted
+// kproxy's chains.
+var errCanary = errors.New("the canary rule is gone")
+
+// canaryOK reports whether both canary chains still hold their rule. A sync
+// that writes nothing checks them this way (one iptables -S per table); a
+// sync that writes checks them inside its restore.
+func (b *Backend) canaryOK(ctx context.Context) bool {
+	for _, t := range []string{rules.TableNAT, rules.TableFilter} {
+		lines, err := b.opts.Iptables.List(ctx, t, rules.ChainCanary)
+		if err != nil || !slices.Contains(lines, "-A "+rules.ChainCanary+" -j RETURN") {
+			return false
+		}
+	}
+	return true
 }
 
 // fail records a failed sync: the next one is full.

@@ -185,11 +185,14 @@ func TestSyncFullThenPartial(t *testing.T) {
 	w.mustSync(false)
 	w.checkMatchesFullPlan()
 
-	// Nothing changed: no restore at all.
-	restores := w.ipt.Calls["Restore"]
+	// Nothing changed: no restore at all, a look at the canary chains.
+	restores, lists := w.ipt.Calls["Restore"], w.ipt.Calls["List"]
 	w.mustSync(false)
 	if w.ipt.Calls["Restore"] != restores {
 		t.Errorf("a sync without changes ran iptables-restore:\n%s", w.ipt.Restores[len(w.ipt.Restores)-1])
+	}
+	if w.ipt.Calls["List"] != lists+2 || w.b.Last().Full {
+		t.Errorf("a sync without changes listed %d chains (want the 2 canaries), full=%v", w.ipt.Calls["List"]-lists, w.b.Last().Full)
 	}
 }
 
@@ -214,9 +217,14 @@ func TestSyncDetectsFlush(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// The next change notices through the canary in its restore.
-			w.set("other", 2, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
-			w.mustSync(false)
+			if tc.name == "nat canary deleted" {
+				// A sync with nothing to write looks at the canary.
+				w.mustSync(false)
+			} else {
+				// A change notices through the canary in its restore.
+				w.set("other", 2, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
+				w.mustSync(false)
+			}
 			if w.b.Last().Full != tc.wantAll {
 				t.Errorf("sync after tampering: full=%v, want %v", w.b.Last().Full, tc.wantAll)
 			}
@@ -476,6 +484,12 @@ func TestConntrackCleanup(t *testing.T) {
 	w.mustSync(false)
 	if got := w.ct.Flows[v1.IPv4Protocol]; len(got) != 1 {
 		t.Fatalf("after the retry: flows %v", got)
+	}
+	// A periodic full sync of unchanged Services does not scan the table.
+	calls := w.ct.Calls
+	w.mustSync(true)
+	if w.ct.Calls != calls {
+		t.Errorf("a full sync without changes scanned conntrack %d times", w.ct.Calls-calls)
 	}
 	// The Service goes away: its flows go too.
 	w.remove("dns")

@@ -294,7 +294,17 @@ func TestKernelPartialSyncAndFlush(t *testing.T) {
 				if out, err := exec.Command(CommandsFor(v1.IPv4Protocol, f).Iptables, "-w", "-t", "nat", "-F").CombinedOutput(); err != nil {
 					t.Fatalf("flush: %v: %s", err, out)
 				}
-				// The next change notices: its restore fails on the canary.
+				// A sync with nothing to write notices by listing the canary.
+				if err := b.Sync(ctx, snapOf(s2), proxy.Changes{}); err != nil {
+					t.Fatal(err)
+				}
+				if !b.Last().Full {
+					t.Error("the empty sync after a flush was not full")
+				}
+				if out, err := exec.Command(CommandsFor(v1.IPv4Protocol, f).Iptables, "-w", "-t", "nat", "-F").CombinedOutput(); err != nil {
+					t.Fatalf("flush: %v: %s", err, out)
+				}
+				// A change notices: its restore fails on the canary.
 				s3 := web(ep("10.244.2.6"))
 				if err := b.Sync(ctx, snapOf(s3), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{s3.Name: {}}}); err != nil {
 					t.Fatal(err)

@@ -20,13 +20,17 @@ func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
 // Implementations: the real tools (NewSystemIptables, Linux only) and
 // FakeIptables. Everything a sync writes goes through Restore; jump rules
 // are inserted by a full sync's restore (it has just read the table, so it
-// knows which are missing) and deleted one by one by Cleanup.
+// knows which are missing) and deleted one by one by Cleanup. List reads the
+// canary chain when a sync has nothing to write.
 type Iptables interface {
 	// Restore runs iptables-restore --noflush (waiting for the xtables lock)
 	// with data as input. It is atomic: on error nothing changed.
 	Restore(ctx context.Context, data []byte) error
 	// Save returns the iptables-save output of one table.
 	Save(ctx context.Context, table string) ([]byte, error)
+	// List returns a chain in iptables -S form (through go-iptables); an
+	// error wrapping ErrNotExist when the chain does not exist.
+	List(ctx context.Context, table, chain string) ([]string, error)
 	// Delete deletes one rule of a built-in chain (iptables -D, through
 	// go-iptables); an error wrapping ErrNotExist when there is no such rule.
 	Delete(ctx context.Context, table, chain string, spec ...string) error

@@ -156,6 +156,11 @@ func (s *systemIptables) Save(ctx context.Context, table string) ([]byte, error)
 	return out, nil
 }
 
+func (s *systemIptables) List(_ context.Context, table, chain string) ([]string, error) {
+	out, err := s.ipt.List(table, chain)
+	return out, classify(err)
+}
+
 func (s *systemIptables) Delete(_ context.Context, table, chain string, spec ...string) error {
 	return classify(s.ipt.Delete(table, chain, spec...))
 }

@@ -106,8 +106,9 @@ func endpointSet(sp *proxy.ServicePort) []netip.AddrPort {
 }
 
 // conntrackFor returns the filters for one UDP service port that changed
-// from old to cur (either may be nil). A full sync checks every UDP port.
-func conntrackFor(r *renderer, old, cur *proxy.ServicePort, full bool, local []netip.Addr) []ConntrackFilter {
+// from old to cur (either may be nil; old is nil the first time a planner
+// sees the port, when every flow to it is checked).
+func conntrackFor(r *renderer, old, cur *proxy.ServicePort, local []netip.Addr) []ConntrackFilter {
 	isUDP := func(sp *proxy.ServicePort) bool { return sp != nil && sp.Protocol == v1.ProtocolUDP }
 	if !isUDP(old) && !isUDP(cur) {
 		return nil
@@ -120,7 +121,7 @@ func conntrackFor(r *renderer, old, cur *proxy.ServicePort, full bool, local []n
 	if isUDP(old) {
 		oldFront = frontends(r, old, local)
 	}
-	if !full && old != nil && cur != nil && slices.Equal(curFront, oldFront) && slices.Equal(keep, endpointSet(old)) {
+	if old != nil && cur != nil && slices.Equal(curFront, oldFront) && slices.Equal(keep, endpointSet(old)) {
 		return nil // neither the frontends nor the endpoints changed
 	}
 	var out []ConntrackFilter

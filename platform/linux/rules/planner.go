@@ -247,8 +247,13 @@ func (p *Planner) Plan(in Input) *Plan {
 		if old != nil {
 			oldSP = old.sp
 		}
-		if f := conntrackFor(p.r, oldSP, sp, full, in.LocalAddrs); f != nil {
-			plan.Conntrack = append(plan.Conntrack, f...)
+		// Stale flows: for ports that changed, and for every port the first
+		// time (flows may predate kproxy). A periodic full sync of unchanged
+		// ports does not scan the conntrack table.
+		if oldSP != sp || oldSP == nil {
+			if f := conntrackFor(p.r, oldSP, sp, in.LocalAddrs); f != nil {
+				plan.Conntrack = append(plan.Conntrack, f...)
+			}
 		}
 		p.updatePort(n, sp, old, full, w, &plan.Problems)
 	}
