@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -66,10 +67,12 @@ func Run(ctx context.Context, o *config.Options, modes Modes, stdout io.Writer) 
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var trigger func()
+	// The runner exists only once the initial lists are in; until then
+	// notifications have nothing to wake (the first run is immediate).
+	var trigger atomic.Pointer[func()]
 	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: func() {
-		if trigger != nil {
-			trigger()
+		if t := trigger.Load(); t != nil {
+			(*t)()
 		}
 	}})
 	srcErr := make(chan error, 1)
@@ -97,7 +100,8 @@ func Run(ctx context.Context, o *config.Options, modes Modes, stdout io.Writer) 
 		MaxInterval:  o.SyncPeriod(),
 		FullInterval: o.FullSyncPeriod,
 	})
-	trigger = r.Trigger
+	kick := r.Trigger
+	trigger.Store(&kick)
 	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
