@@ -582,3 +582,28 @@ ep 10.244.1.6 local name=pod-b
 	calls := h.mustSync(webAndDNS(), proxy.Changes{})
 	expectCalls(t, "sync after cleanup", calls, "CreateEndpoint=6 CreateLoadBalancer=3 "+listCalls)
 }
+
+func TestNodeIPChoice(t *testing.T) {
+	s := snap([]string{"10.0.0.1", "192.0.2.10", "fd00::1"})
+	ifaces := []HostInterface{{Name: "Ethernet 2", MAC: "00-15-5d-00-00-02", Addrs: addrs("192.0.2.10")}}
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		ifaces []HostInterface
+		want   string
+	}{
+		{"first address of the family", Options{Family: v1.IPv4Protocol}, nil, "10.0.0.1"},
+		{"the one a host interface holds", Options{Family: v1.IPv4Protocol}, ifaces, "192.0.2.10"},
+		{"explicit", Options{Family: v1.IPv4Protocol, NodeIP: mustAddr("10.0.0.9")}, ifaces, "10.0.0.9"},
+		{"explicit of the other family is ignored", Options{Family: v1.IPv4Protocol, NodeIP: mustAddr("fd00::9")}, nil, "10.0.0.1"},
+		{"IPv6", Options{Family: v1.IPv6Protocol}, ifaces, "fd00::1"},
+	} {
+		f := gatherFacts(&tc.opts, Capabilities{}, nil, tc.ifaces, nil, s)
+		if f.NodeIP.String() != tc.want {
+			t.Errorf("%s: node IP %s, want %s", tc.name, f.NodeIP, tc.want)
+		}
+		if tc.name == "the one a host interface holds" && f.HostMAC != "00-15-5d-00-00-02" {
+			t.Errorf("%s: host MAC %q, want the interface's", tc.name, f.HostMAC)
+		}
+	}
+}
