@@ -554,6 +554,9 @@ func TestChooseFlavour(t *testing.T) {
 		{name: "nft has rules", p: FlavourProbe{LegacyOK: true, NFTOK: true, LegacySave: rulesOf(0), NFTSave: rulesOf(2), SystemDefault: FlavourLegacy}, want: FlavourNFT},
 		{name: "tie: system default", p: FlavourProbe{LegacyOK: true, NFTOK: true, SystemDefault: FlavourLegacy}, want: FlavourLegacy},
 		{name: "tie, no default: nft", p: FlavourProbe{LegacyOK: true, NFTOK: true}, want: FlavourNFT},
+		{name: "kubelet hint in legacy", p: FlavourProbe{LegacyOK: true, NFTOK: true, LegacyHint: true, NFTSave: rulesOf(9)}, want: FlavourLegacy},
+		{name: "kubelet hint in nft", p: FlavourProbe{LegacyOK: true, NFTOK: true, NFTHint: true, LegacySave: rulesOf(9)}, want: FlavourNFT},
+		{name: "hints in both: rules decide", p: FlavourProbe{LegacyOK: true, NFTOK: true, LegacyHint: true, NFTHint: true, LegacySave: rulesOf(2)}, want: FlavourLegacy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -58,13 +58,34 @@ type FlavourProbe struct {
 	LegacySave, NFTSave []byte
 	LegacyOK, NFTOK     bool
 	SystemDefault       Flavour
+	// LegacyHint and NFTHint tell whether the flavour's mangle table holds
+	// the chains kubelet creates in the flavour it uses (KUBE-IPTABLES-HINT,
+	// KUBE-KUBELET-CANARY).
+	LegacyHint, NFTHint bool
+}
+
+// kubeletHints are the mangle chains kubelet creates in its flavour.
+var kubeletHints = []string{"KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"}
+
+// HasKubeletHint reports whether iptables-save output of the mangle table
+// declares one of kubelet's hint chains.
+func HasKubeletHint(mangle []byte) bool {
+	for _, c := range ChainNames(mangle) {
+		for _, h := range kubeletHints {
+			if c == h {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // countRules counts the rules in iptables-save output.
 func countRules(save []byte) int { return bytes.Count(save, []byte("\n-A ")) }
 
 // ChooseFlavour picks the flavour the host already uses, the way
-// kubernetes-sigs/iptables-wrappers does: the one with more rules; on a tie
+// kubernetes-sigs/iptables-wrappers does: the one where kubelet left its
+// hint chain (when only one has it); else the one with more rules; on a tie
 // the system default; else nft when its tools exist.
 func ChooseFlavour(p FlavourProbe) (Flavour, error) {
 	switch {
@@ -74,6 +95,10 @@ func ChooseFlavour(p FlavourProbe) (Flavour, error) {
 		return FlavourNFT, nil
 	case !p.NFTOK:
 		return FlavourLegacy, nil
+	case p.LegacyHint && !p.NFTHint:
+		return FlavourLegacy, nil
+	case p.NFTHint && !p.LegacyHint:
+		return FlavourNFT, nil
 	}
 	l, n := countRules(p.LegacySave), countRules(p.NFTSave)
 	switch {

@@ -560,5 +560,12 @@ func TestKernelDetectFlavour(t *testing.T) {
 		if f, err := DetectFlavour(ctx, v1.IPv4Protocol); err != nil || f != FlavourNFT {
 			t.Errorf("with more nft rules: %q, %v; want nft", f, err)
 		}
+		// kubelet's hint chain wins over rule counts.
+		if out, err := exec.Command("iptables-legacy", "-w", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT").CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if f, err := DetectFlavour(ctx, v1.IPv4Protocol); err != nil || f != FlavourLegacy {
+			t.Errorf("with kubelet's hint in legacy: %q, %v; want legacy", f, err)
+		}
 	})
 }

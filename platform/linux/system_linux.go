@@ -53,24 +53,38 @@ func NewSystem(family v1.IPFamily, flavour Flavour) (*System, error) {
 	}, nil
 }
 
-// DetectFlavour probes both flavours' tools (see ChooseFlavour).
+// DetectFlavour probes both flavours' tools (see ChooseFlavour): first the
+// small mangle tables for kubelet's hint, and only without a clear hint
+// the rules of every table.
 func DetectFlavour(ctx context.Context, family v1.IPFamily) (Flavour, error) {
 	var p FlavourProbe
+	save := func(f Flavour, table string) []byte {
+		// A table the flavour does not have yet is no error: no rules.
+		out, _ := exec.CommandContext(ctx, CommandsFor(family, f).Save, "-t", table).Output()
+		return out
+	}
 	for _, f := range []Flavour{FlavourLegacy, FlavourNFT} {
-		c := CommandsFor(family, f)
-		if _, err := exec.LookPath(c.Save); err != nil {
+		if _, err := exec.LookPath(CommandsFor(family, f).Save); err != nil {
 			continue
 		}
-		var all []byte
-		for _, t := range TakeoverTables {
-			// A table the flavour does not have yet is no error: no rules.
-			out, _ := exec.CommandContext(ctx, c.Save, "-t", t).Output()
-			all = append(all, out...)
-		}
+		hint := HasKubeletHint(save(f, "mangle"))
 		if f == FlavourLegacy {
-			p.LegacyOK, p.LegacySave = true, all
+			p.LegacyOK, p.LegacyHint = true, hint
 		} else {
-			p.NFTOK, p.NFTSave = true, all
+			p.NFTOK, p.NFTHint = true, hint
+		}
+	}
+	if p.LegacyOK && p.NFTOK && p.LegacyHint == p.NFTHint {
+		for _, f := range []Flavour{FlavourLegacy, FlavourNFT} {
+			var all []byte
+			for _, t := range TakeoverTables {
+				all = append(all, save(f, t)...)
+			}
+			if f == FlavourLegacy {
+				p.LegacySave = all
+			} else {
+				p.NFTSave = all
+			}
 		}
 	}
 	base := "iptables"
