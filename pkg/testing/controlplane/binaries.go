@@ -234,7 +234,7 @@ func ensureOne(ctx context.Context, o BuildOptions, t target) (BuildResult, erro
 	}
 	tmpPath := tmp.Name()
 	_ = tmp.Close()
-	defer os.Remove(tmpPath) // no-op after the rename
+	defer func() { _ = os.Remove(tmpPath) }() // nothing to remove after the rename
 
 	o.Logf("building %s into %s (%s)", t.name, o.CacheDir, t.coldHint)
 	start := time.Now()

@@ -45,9 +45,10 @@ type ControlPlane struct {
 	stopped   bool
 }
 
-// Start writes fresh certificates, keys and tokens, starts etcd, then
-// kube-apiserver, and returns once /readyz answers 200. On error nothing is
-// left running. ctx bounds the start only; the servers run until Stop.
+// Start writes fresh certificates, keys and tokens (removing etcd data and an
+// audit log left in Dir by an earlier run), starts etcd, then kube-apiserver,
+// and returns once /readyz answers 200. On error nothing is left running. ctx
+// bounds the start only; the servers run until Stop.
 func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -66,6 +67,13 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	cp.files = layout{dir: cp.Dir}
 
+	// Start always makes a new cluster: no data or audit events from an
+	// earlier run in the same Dir.
+	for _, stale := range []string{cp.files.etcdData(), cp.files.auditLog()} {
+		if err := os.RemoveAll(stale); err != nil {
+			return nil, errors.Join(fmt.Errorf("clearing %s: %w", stale, err), cp.Stop())
+		}
+	}
 	if err := cp.writeFiles(svcIP); err != nil {
 		return nil, errors.Join(err, cp.Stop())
 	}
@@ -163,7 +171,11 @@ func (cp *ControlPlane) run(ctx context.Context, name, binary string, args []str
 	var last error
 	for {
 		if last = probe(ctx); last == nil {
-			return p, nil
+			if done, _ := p.exited(); !done {
+				return p, nil
+			}
+			// Something else answered on our address while this server died;
+			// the next select reports the exit.
 		}
 		timer := time.NewTimer(200 * time.Millisecond)
 		select {

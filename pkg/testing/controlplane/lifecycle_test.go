@@ -111,6 +111,14 @@ func TestLifecycle(t *testing.T) {
 	t.Setenv(envFake, "sleep")
 	dir := filepath.Join(t.TempDir(), "cp")
 	srv := startFakeServers(t, dir, 2379)
+	// Leftovers of an earlier run in the same Dir must not leak into the new cluster.
+	staleData, staleAudit := filepath.Join(dir, "etcd-data", "member"), filepath.Join(dir, "audit.log")
+	if err := os.MkdirAll(staleData, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(staleAudit, []byte(auditDenied+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cp, err := Start(context.Background(), Options{
 		Binaries:              Binaries{Etcd: os.Args[0], KubeAPIServer: os.Args[0]},
 		AllowCurrentNamespace: true, // the stand-ins listen nowhere
@@ -122,6 +130,12 @@ func TestLifecycle(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cp.Stop() })
 
+	if fileExists(staleData) || fileExists(staleAudit) {
+		t.Error("Start kept etcd data or an audit log from an earlier run")
+	}
+	if d, err := cp.AuditDenials(); len(d) != 0 || err != nil {
+		t.Errorf("AuditDenials on a new cluster = %v, %v; want none", d, err)
+	}
 	for _, f := range []string{"ca.crt", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub", "tokens.csv", "audit-policy.yaml"} {
 		if !fileExists(filepath.Join(dir, f)) {
 			t.Errorf("Start did not write %s", f)
