@@ -38,7 +38,7 @@ clean:
 test: test-kernel
 
 test-kernel:
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/netns/... ./platform/linux/e2e/...
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/ ./platform/linux/netns/... ./platform/linux/e2e/...
 	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m ./platform/linux/e2e/
 
 # demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
@@ -47,7 +47,7 @@ test-kernel:
 demo:
 	./platform/linux/e2e/demo.sh
 
-# test-windows: the Windows test binaries of platform/windows, cross-compiled
+# test-windows: the Windows test binaries of platform/windows and cmd/kproxy, cross-compiled
 # and run under Wine through the generic `go test -exec` wrapper
 # platform/windows/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64
 # binutils with apt-get when missing and prepares the Wine prefix in
@@ -57,4 +57,4 @@ test: test-windows
 
 test-windows:
 	./platform/windows/wine/setup.sh
-	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/...
+	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
