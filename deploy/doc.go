@@ -1,0 +1,6 @@
+// Package deploy holds kproxy's Kubernetes manifests, images and
+// configuration (see docs/operations.md); it has no Go API. Its tests render
+// the kustomizations, decode every manifest strictly, check the invariants
+// the DaemonSets depend on, load the configuration files with kproxy's own
+// loader, and check the RBAC rules against the API calls kproxy makes.
+package deploy

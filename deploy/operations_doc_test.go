@@ -1,0 +1,359 @@
+package deploy
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/kproxy/kproxy/pkg/config"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated tables of docs/operations.md")
+
+const operationsDoc = "../docs/operations.md"
+
+// A generated block of the operations guide sits between these markers.
+const (
+	beginMarker = "<!-- BEGIN GENERATED %s: go test ./deploy -run TestOperationsDoc -update -->"
+	endMarker   = "<!-- END GENERATED %s -->"
+	todoNote    = "TODO: describe"
+)
+
+// TestOperationsDoc keeps the flag and configuration tables of
+// docs/operations.md equal to kproxy's flag set and configuration type: a
+// flag or field the guide does not cover fails the test. The flag table is
+// generated whole (descriptions are the flags' help); in the configuration
+// table the last column (what kproxy does with the field) is written in the
+// guide and kept by -update, and a new field gets a TODO that fails the test
+// until someone describes it.
+func TestOperationsDoc(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the guide shows the defaults of Linux nodes")
+	}
+	data, err := os.ReadFile(operationsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	fields := configFields()
+	flagFields := probeFlagFields(t)
+
+	notes, err := fieldNotes(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]string{
+		"flags":  flagTable(t, flagFields),
+		"config": configTable(t, fields, flagFields, notes),
+	}
+	got := doc
+	for _, name := range []string{"flags", "config"} {
+		got, err = replaceBlock(got, name, blocks[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if *update {
+		if got != doc {
+			if err := os.WriteFile(operationsDoc, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else if got != doc {
+		t.Errorf("%s: the flag or configuration tables are out of date; run go test ./deploy -run TestOperationsDoc -update and review the diff", operationsDoc)
+	}
+	for _, f := range fields {
+		if n := notes[f]; n == "" || strings.Contains(n, todoNote) {
+			t.Errorf("%s: configuration field %s is not described", operationsDoc, f)
+		}
+	}
+	for f := range notes {
+		if !slicesContains(fields, f) {
+			t.Errorf("%s describes configuration field %s, which does not exist", operationsDoc, f)
+		}
+	}
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceBlock replaces the content between the markers of block name.
+func replaceBlock(doc, name, content string) (string, error) {
+	begin, end := fmt.Sprintf(beginMarker, name), fmt.Sprintf(endMarker, name)
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("%s: no %q ... %q block", operationsDoc, begin, end)
+	}
+	return doc[:i+len(begin)] + "\n" + content + doc[j:], nil
+}
+
+// configFields lists the path of every field of KubeProxyConfiguration, in
+// the order of the type, as written in a configuration file.
+func configFields() []string {
+	leaves := map[reflect.Type]bool{
+		reflect.TypeFor[metav1.Duration]():            true,
+		reflect.TypeFor[logsapi.TimeOrMetaDuration](): true,
+		reflect.TypeFor[logsapi.FormatOptions]():      true,
+	}
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			if f.Anonymous && name == "" {
+				walk(f.Type, prefix)
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && !leaves[ft] {
+				walk(ft, prefix+name+".")
+				continue
+			}
+			out = append(out, prefix+name)
+		}
+	}
+	walk(reflect.TypeFor[v1alpha1.KubeProxyConfiguration](), "")
+	return out
+}
+
+// completeWith completes kproxy's options from args, as kproxy does.
+func completeWith(args ...string) (*config.Options, error) {
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	o := config.NewOptions()
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.Complete(fs)
+}
+
+// flatten renders the configuration as field path -> JSON value.
+func flatten(c *v1alpha1.KubeProxyConfiguration) (map[string]string, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, f := range configFields() {
+		var v any = m
+		for _, seg := range strings.Split(f, ".") {
+			mm, ok := v.(map[string]any)
+			if !ok {
+				v = nil
+				break
+			}
+			v = mm[seg]
+		}
+		js, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		out[f] = string(js)
+	}
+	return out, nil
+}
+
+// probeFlagFields finds the configuration field each flag sets by setting
+// it and looking at what changes; flags of kproxy's own options set none.
+func probeFlagFields(t *testing.T) map[string]string {
+	t.Helper()
+	t.Cleanup(resetKlog)
+	base, err := completeWith()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := flatten(base.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	config.NewOptions().AddFlags(fs)
+	out := map[string]string{}
+	minimal := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(minimal, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		value := probeValue(t, f)
+		if f.Name == "config" {
+			value = minimal
+		}
+		o, err := completeWith("--" + f.Name + "=" + value)
+		resetKlog()
+		if err != nil {
+			t.Errorf("--%s: %v", f.Name, err)
+			return
+		}
+		after, err := flatten(o.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var changed []string
+		for path, v := range after {
+			if before[path] != v {
+				changed = append(changed, path)
+			}
+		}
+		sort.Strings(changed)
+		if len(changed) > 1 {
+			t.Errorf("--%s changes several configuration fields: %v", f.Name, changed)
+		}
+		if len(changed) == 1 {
+			out[f.Name] = changed[0]
+		}
+	})
+	return out
+}
+
+// probeValue is a value of the flag's type that differs from its default.
+func probeValue(t *testing.T, f *pflag.Flag) string {
+	switch f.Value.Type() {
+	case "bool":
+		b, _ := strconv.ParseBool(f.DefValue)
+		return strconv.FormatBool(!b)
+	case "int32", "int", "Level":
+		n, _ := strconv.Atoi(f.DefValue)
+		return strconv.Itoa(n + 1)
+	case "float32", "float64":
+		n, _ := strconv.ParseFloat(f.DefValue, 64)
+		return strconv.FormatFloat(n+1, 'f', -1, 64)
+	case "duration":
+		d, _ := time.ParseDuration(f.DefValue)
+		return (d + time.Second).String()
+	case "stringSlice":
+		return "192.0.2.0/24"
+	case "string":
+		return "probe-value"
+	}
+	if f.Name == "vmodule" {
+		return "probe=1"
+	}
+	t.Errorf("--%s: no probe value for type %s", f.Name, f.Value.Type())
+	return ""
+}
+
+// resetKlog puts klog's -v and --vmodule back after a probe set them.
+func resetKlog() {
+	fs := pflag.NewFlagSet("reset", pflag.ContinueOnError)
+	config.NewOptions().AddFlags(fs)
+	_ = fs.Set("v", "0")
+	_ = fs.Set("vmodule", "")
+}
+
+func flagTable(t *testing.T, fields map[string]string) string {
+	t.Helper()
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	config.NewOptions().AddFlags(fs)
+	var b strings.Builder
+	b.WriteString("| flag | config field | default | meaning |\n|---|---|---|---|\n")
+	fs.VisitAll(func(f *pflag.Flag) {
+		name := "`--" + f.Name + "`"
+		if f.Shorthand != "" {
+			name = "`-" + f.Shorthand + "`, " + name
+		}
+		field := "—"
+		if p, ok := fields[f.Name]; ok {
+			field = "`" + p + "`"
+		}
+		def := f.DefValue
+		if def == "" || def == "[]" {
+			def = "—"
+		} else {
+			def = "`" + def + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, field, def, cell(f.Usage))
+	})
+	return b.String()
+}
+
+func configTable(t *testing.T, fields []string, flagFields, notes map[string]string) string {
+	t.Helper()
+	defaults, err := flatten(config.NewDefault())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byField := map[string]string{}
+	for fl, f := range flagFields {
+		byField[f] = fl
+	}
+	var b strings.Builder
+	b.WriteString("| field | flag | kproxy default | what kproxy does with it |\n|---|---|---|---|\n")
+	for _, f := range fields {
+		fl := "—"
+		if n, ok := byField[f]; ok {
+			fl = "`--" + n + "`"
+		}
+		def := defaults[f]
+		switch def {
+		case "", "null", `""`, "{}", "[]", "0", "false":
+			def = "—"
+		default:
+			def = "`" + strings.Trim(def, `"`) + "`"
+		}
+		note := notes[f]
+		if note == "" {
+			note = todoNote
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f, fl, def, note)
+	}
+	return b.String()
+}
+
+var noteRow = regexp.MustCompile("^\\| `([^`]+)` \\| [^|]* \\| [^|]* \\| (.*) \\|$")
+
+// fieldNotes reads the last column of the configuration table in doc.
+func fieldNotes(doc string) (map[string]string, error) {
+	begin, end := fmt.Sprintf(beginMarker, "config"), fmt.Sprintf(endMarker, "config")
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		return nil, fmt.Errorf("%s: no configuration table block", operationsDoc)
+	}
+	notes := map[string]string{}
+	for _, l := range strings.Split(doc[i+len(begin):j], "\n") {
+		if m := noteRow.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			notes[m[1]] = m[2]
+		}
+	}
+	return notes, nil
+}
+
+// cell makes text fit in a Markdown table cell.
+func cell(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
