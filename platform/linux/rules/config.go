@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
 // Defaults for Config.
@@ -34,11 +36,20 @@ type Config struct {
 	FilterBit int
 	// MasqueradeAll masquerades all traffic to ClusterIPs.
 	MasqueradeAll bool
-	// ClusterCIDRs are the pod networks. Traffic to a ClusterIP from outside
-	// them is masqueraded, and pod traffic to an external address of an
-	// externalTrafficPolicy Local service short-circuits to the cluster
-	// endpoints. Prefixes of the other family are ignored.
+	// ClusterCIDRs are the pod networks. With LocalDetect ClusterCIDR (the
+	// default), traffic to a ClusterIP from outside them is masqueraded, and
+	// pod traffic to an external address of an externalTrafficPolicy Local
+	// service short-circuits to the cluster endpoints. Prefixes of the other
+	// family are ignored.
 	ClusterCIDRs []netip.Prefix
+	// LocalDetect says how traffic from pods is told from other traffic
+	// (kube-proxy's detectLocalMode): LocalClusterCIDR (ClusterCIDRs),
+	// LocalNodeCIDR (this node's spec.podCIDRs, from the snapshot),
+	// LocalBridgeInterface (packets entering through LocalInterface) or
+	// LocalInterfaceNamePrefix (packets entering through an interface whose
+	// name starts with LocalInterface). Empty means LocalClusterCIDR.
+	LocalDetect    string
+	LocalInterface string
 	// NodePortAddresses restricts NodePorts to the node's addresses in these
 	// prefixes (--nodeport-addresses); NodePortPrimary adds the node's primary
 	// address ("primary"). Both empty means every local address.
@@ -76,10 +87,59 @@ func (c *Config) Validate() error {
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		errs = append(errs, fmt.Errorf("masquerade bit %d: want 0-31", c.MasqueradeBit))
 	}
+	switch c.LocalDetect {
+	case "", LocalClusterCIDR, LocalNodeCIDR:
+	case LocalBridgeInterface, LocalInterfaceNamePrefix:
+		if c.LocalInterface == "" || strings.ContainsAny(c.LocalInterface, " \t\"'+") || len(c.LocalInterface) > 15 {
+			errs = append(errs, fmt.Errorf("detect-local %s: interface %q: want an interface name (1-15 characters, no blanks, quotes or '+')", c.LocalDetect, c.LocalInterface))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("detect-local mode %q: want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix", c.LocalDetect))
+	}
 	if c.FilterBit < 0 || c.FilterBit > 31 || c.FilterBit == c.MasqueradeBit {
 		errs = append(errs, fmt.Errorf("filter bit %d: want 0-31 and not the masquerade bit", c.FilterBit))
 	}
 	return errors.Join(errs...)
+}
+
+// Detect-local modes (Config.LocalDetect), named as kube-proxy's detectLocalMode.
+const (
+	LocalClusterCIDR         = "ClusterCIDR"
+	LocalNodeCIDR            = "NodeCIDR"
+	LocalBridgeInterface     = "BridgeInterface"
+	LocalInterfaceNamePrefix = "InterfaceNamePrefix"
+)
+
+// localMatch is one way to match traffic from local pods: is matches it,
+// not matches everything else.
+type localMatch struct{ is, not string }
+
+// staticLocal returns the matches known from the configuration alone (none
+// for LocalNodeCIDR until the node is known).
+func (c *Config) staticLocal() []localMatch {
+	switch c.LocalDetect {
+	case LocalBridgeInterface:
+		return []localMatch{{is: "-i " + c.LocalInterface, not: "! -i " + c.LocalInterface}}
+	case LocalInterfaceNamePrefix:
+		return []localMatch{{is: "-i " + c.LocalInterface + "+", not: "! -i " + c.LocalInterface + "+"}}
+	case LocalNodeCIDR:
+		return nil
+	}
+	return cidrMatches(c.ofFamily(c.ClusterCIDRs))
+}
+
+// nodeLocal returns the matches for LocalNodeCIDR: the node's pod CIDRs of
+// the family.
+func (c *Config) nodeLocal(n proxy.Node) []localMatch {
+	return cidrMatches(c.ofFamily(n.PodCIDRs))
+}
+
+func cidrMatches(ps []netip.Prefix) []localMatch {
+	var out []localMatch
+	for _, p := range ps {
+		out = append(out, localMatch{is: "-s " + p.String(), not: "! -s " + p.String()})
+	}
+	return out
 }
 
 func (c *Config) is6() bool { return c.Family == v1.IPv6Protocol }

@@ -207,6 +207,17 @@ func (p *Planner) Plan(in Input) *Plan {
 	nodeIPs := p.r.nodeIPs(in.Node, in.LocalAddrs)
 	nodeChanged := !slices.Equal(nodeIPs, p.nodeIPs)
 	p.nodeIPs = nodeIPs
+	if p.cfg.LocalDetect == LocalNodeCIDR {
+		// The node's pod CIDRs decide what is local: when they change
+		// (the Node object arrived or was edited), everything is rewritten.
+		if local := p.cfg.nodeLocal(in.Node); !slices.Equal(local, p.r.local) {
+			p.r.local = local
+			if !full {
+				return p.Plan(Input{View: in.View, Node: in.Node, LocalAddrs: in.LocalAddrs, Existing: in.Existing, Extra: in.Extra,
+					Changes: proxy.Changes{Full: true, Ports: in.Changes.Ports, TriggerTimes: in.Changes.TriggerTimes}})
+			}
+		}
+	}
 
 	// Which ports to (re)render.
 	var names []proxy.ServicePortName
@@ -509,10 +520,10 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 	drop.add(r.setDrop)
 	drop.add("-j ACCEPT")
 	nat = append(nat, rej.out(), drop.out())
-	if len(r.cidrs) > 1 && !r.cfg.MasqueradeAll {
+	if len(r.local) > 1 && !r.cfg.MasqueradeAll {
 		oc := &builder{chain: ChainOffCluster}
-		for _, c := range r.cidrs {
-			oc.add("-s", c.String(), "-j RETURN")
+		for _, m := range r.local {
+			oc.add(m.is, "-j RETURN")
 		}
 		oc.add(r.setMasq)
 		nat = append(nat, oc.out())

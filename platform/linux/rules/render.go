@@ -47,9 +47,10 @@ type portOut struct {
 
 // renderer holds the strings derived from the Config once.
 type renderer struct {
-	cfg          Config
-	hostBits     string // "/32" or "/128"
-	cidrs        []netip.Prefix
+	cfg      Config
+	hostBits string // "/32" or "/128"
+	// local matches traffic from local pods (the detect-local mode).
+	local        []localMatch
 	setMasq      string // -j MARK ... that sets the masquerade mark
 	setReject    string
 	setDrop      string
@@ -71,7 +72,7 @@ func newRenderer(cfg Config) *renderer {
 	hx := func(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
 	r := &renderer{
 		cfg:         cfg,
-		cidrs:       cfg.ofFamily(cfg.ClusterCIDRs),
+		local:       cfg.staticLocal(),
 		setMasq:     "-j MARK --set-xmark " + hx(m) + "/" + hx(m),
 		setReject:   "-j MARK --set-xmark " + hx(f) + "/" + hx(both),
 		setDrop:     "-j MARK --set-xmark " + hx(both) + "/" + hx(both),
@@ -300,8 +301,8 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 			// to the load balancer and back); others go to local endpoints.
 			ext = &builder{chain: extName}
 			if len(clusterEPs) > 0 {
-				for _, c := range r.cidrs {
-					ext.add("-s", c.String(), "-j", svcName)
+				for _, m := range r.local {
+					ext.add(m.is, "-j", svcName)
 				}
 			}
 			ext.add("-m addrtype --src-type LOCAL", r.setMasq)
@@ -330,9 +331,9 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 		switch {
 		case r.cfg.MasqueradeAll:
 			w.add(dst, pm, r.setMasq)
-		case len(r.cidrs) == 1:
-			w.add("! -s "+r.cidrs[0].String(), dst, pm, r.setMasq)
-		case len(r.cidrs) > 1:
+		case len(r.local) == 1:
+			w.add(r.local[0].not, dst, pm, r.setMasq)
+		case len(r.local) > 1:
 			w.add(dst, pm, "-j", ChainOffCluster)
 		}
 	}
