@@ -1,0 +1,90 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// Cause is why a sync failed: the cause label of kproxy_sync_failures_total.
+// The set is small and fixed so alerts can name every value.
+type Cause string
+
+// Sync failure causes.
+const (
+	// CauseTimeout: the sync ran out of time (its context's deadline passed).
+	CauseTimeout Cause = "timeout"
+	// CauseUnavailable: the platform could not be reached or was restarting
+	// (HNS service stopped, RPC failures); retrying later is all there is to do.
+	CauseUnavailable Cause = "unavailable"
+	// CauseRejected: the platform refused what kproxy asked
+	// (iptables-restore or iptables-save exited with an error, an HNS call
+	// returned an error code).
+	CauseRejected Cause = "rejected"
+	// CauseOther: anything else (conntrack cleanup, sysctls, ...).
+	CauseOther Cause = "other"
+)
+
+var causes = []Cause{CauseTimeout, CauseUnavailable, CauseRejected, CauseOther}
+
+// Causer is implemented by errors that know their cause. Classify looks for
+// one anywhere in an error's tree, so a platform can tag its errors without
+// this package knowing the platform.
+type Causer interface {
+	SyncFailureCause() Cause
+}
+
+// Classify returns the cause of a sync error: the first Causer in the
+// error's tree, else what platform says (nil, or returning "", for no
+// opinion), else CauseTimeout for a context deadline, else CauseOther.
+func Classify(err error, platform func(error) Cause) Cause {
+	var c Causer
+	if errors.As(err, &c) {
+		if cause := c.SyncFailureCause(); known(cause) {
+			return cause
+		}
+	}
+	if platform != nil {
+		if cause := platform(err); known(cause) {
+			return cause
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return CauseTimeout
+	}
+	return CauseOther
+}
+
+func known(c Cause) bool {
+	for _, k := range causes {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// CountNoLocalEndpoints counts, like upstream kube-proxy, the service ports
+// of a view that have usable endpoints somewhere in the cluster but none on
+// this node for a Local traffic policy: internal counts ports with
+// internalTrafficPolicy Local, external those with externalTrafficPolicy
+// Local (and an external frontend). A port with both counts in both. Ports
+// with no endpoints at all are rejected, not counted.
+func CountNoLocalEndpoints(view *proxy.FamilyView) (internal, external int) {
+	if view == nil {
+		return 0, 0
+	}
+	for _, p := range view.Sorted() {
+		if !p.HasAnyEndpoints || len(p.LocalEndpoints) > 0 {
+			continue
+		}
+		if p.InternalPolicyLocal {
+			internal++
+		}
+		if p.ExternalPolicyLocal {
+			external++
+		}
+	}
+	return internal, external
+}

@@ -1,0 +1,69 @@
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// IPTables returns the recorder one Linux (iptables) backend of family uses.
+// Its methods are what the backend alone sees during a sync.
+func (m *Metrics) IPTables(f v1.IPFamily) *IPTablesMetrics {
+	return &IPTablesMetrics{m: m, family: string(f)}
+}
+
+// IPTablesMetrics records the iptables and conntrack metrics of one IP
+// family. The zero value is not usable; get one from Metrics.IPTables. A nil
+// *IPTablesMetrics records nothing.
+type IPTablesMetrics struct {
+	m      *Metrics
+	family string
+}
+
+// RestoreFailed counts one failed iptables-restore run. Every failure counts
+// in kubeproxy_sync_proxy_rules_iptables_restore_failures_total; one of a
+// partial sync (which the backend follows with a full one) also counts in
+// kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total, as
+// upstream does.
+func (x *IPTablesMetrics) RestoreFailed(partial bool) {
+	if x == nil {
+		return
+	}
+	x.m.restoreFailures.WithLabelValues(x.family).Inc()
+	if partial {
+		x.m.partialRestoreFailures.WithLabelValues(x.family).Inc()
+	}
+}
+
+// Rules records, after a successful sync, how many rules kproxy owns in
+// table ("nat", "filter") and how many that sync wrote there.
+func (x *IPTablesMetrics) Rules(table string, total, written int) {
+	if x == nil {
+		return
+	}
+	x.m.iptablesRules.WithLabelValues(x.family, table).Set(float64(total))
+	x.m.iptablesRulesLast.WithLabelValues(x.family, table).Set(float64(written))
+}
+
+// ConntrackDeleted counts stale conntrack entries deleted after a sync.
+func (x *IPTablesMetrics) ConntrackDeleted(n int) {
+	if x == nil || n <= 0 {
+		return
+	}
+	x.m.conntrackDeleted.WithLabelValues(x.family).Add(float64(n))
+}
+
+// HNSCall observes the latency of one HNS call by operation, successful or
+// not. With HNSError, *Metrics implements platform/windows.Metrics.
+func (m *Metrics) HNSCall(op string, d time.Duration) {
+	m.hnsDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// HNSError counts one failed HNS call by operation and HNS error code
+// ("0x803b0013"; "none" when HNS gave no code).
+func (m *Metrics) HNSError(op, code string) {
+	m.hnsErrors.WithLabelValues(op, code).Inc()
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
