@@ -1,0 +1,253 @@
+package healthcheck
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// ReasonFailedToStart is the reason reported for a health check node port
+// that cannot be served (upstream's Event reason).
+const ReasonFailedToStart = "FailedToStartServiceHealthcheck"
+
+// WeightHeader carries the number of local endpoints in every answer, for
+// load balancers that weight nodes by it (as upstream sets it).
+const WeightHeader = "X-Load-Balancing-Endpoint-Weight"
+
+// ServiceHealth is what one Service's health check node port serves.
+type ServiceHealth struct {
+	// Port is the Service's healthCheckNodePort.
+	Port int32
+	// LocalEndpoints is the number of ready endpoints of the Service on this
+	// node.
+	LocalEndpoints int
+}
+
+// ServiceOptions configure ServiceServers.
+type ServiceOptions struct {
+	// IPs are the addresses each health check node port listens on, one
+	// listener per address. Empty means one listener per port on every
+	// address of every family.
+	IPs []netip.Addr
+	// Listen opens a listener; defaults to net.Listen.
+	Listen func(network, address string) (net.Listener, error)
+	// Healthy reports whether the proxy programs changes in time
+	// (ProxyHealth.Healthy); nil means always.
+	Healthy func() bool
+	// Report is told, once per Service and port until that port is served or
+	// the Service no longer asks for it, that a port cannot be served.
+	Report func(svc types.NamespacedName, reason, message string)
+	// Logger defaults to klog's global logger.
+	Logger *klog.Logger
+}
+
+// ServiceServers runs one HTTP server per Service health check node port.
+// It is safe for concurrent use.
+type ServiceServers struct {
+	opts ServiceOptions
+	log  klog.Logger
+
+	mu       sync.RWMutex
+	services map[types.NamespacedName]*instance
+	// failed holds the port each Service could not serve, already reported.
+	failed map[types.NamespacedName]int32
+	closed bool
+}
+
+type instance struct {
+	port      int32
+	endpoints int
+	servers   []*http.Server
+}
+
+// NewServiceServers returns servers with nothing to serve yet.
+func NewServiceServers(o ServiceOptions) *ServiceServers {
+	if o.Listen == nil {
+		o.Listen = net.Listen
+	}
+	s := &ServiceServers{opts: o, log: klog.Background(),
+		services: map[types.NamespacedName]*instance{}, failed: map[types.NamespacedName]int32{}}
+	if o.Logger != nil {
+		s.log = *o.Logger
+	}
+	return s
+}
+
+// Update makes the servers match want: it closes the ports of Services gone
+// or moved, opens new ones (retrying those that failed before) and updates
+// the local endpoint counts. A port that cannot be opened, or that another
+// Service already uses, is reported and skipped; the others are unaffected.
+func (s *ServiceServers) Update(want map[types.NamespacedName]ServiceHealth) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	for name, inst := range s.services {
+		if w, ok := want[name]; !ok || w.Port != inst.port {
+			s.log.V(2).Info("Closing health check node port", "service", name.String(), "port", inst.port)
+			inst.close()
+			delete(s.services, name)
+		}
+	}
+	for name := range s.failed {
+		if w, ok := want[name]; !ok || w.Port != s.failed[name] {
+			delete(s.failed, name)
+		}
+	}
+
+	names := make([]types.NamespacedName, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
+	owner := map[int32]types.NamespacedName{}
+	for name, inst := range s.services {
+		owner[inst.port] = name
+	}
+	for _, name := range names {
+		w := want[name]
+		if inst := s.services[name]; inst != nil {
+			inst.endpoints = w.LocalEndpoints
+			continue
+		}
+		if other, taken := owner[w.Port]; taken {
+			s.fail(name, w.Port, fmt.Errorf("port %d is already the health check node port of Service %s", w.Port, other))
+			continue
+		}
+		inst := &instance{port: w.Port, endpoints: w.LocalEndpoints}
+		if err := s.open(name, inst); err != nil {
+			s.fail(name, w.Port, err)
+			continue
+		}
+		if _, retried := s.failed[name]; retried {
+			s.log.Info("Health check node port now served", "service", name.String(), "port", w.Port)
+			delete(s.failed, name)
+		}
+		s.log.V(2).Info("Opened health check node port", "service", name.String(), "port", w.Port)
+		s.services[name] = inst
+		owner[w.Port] = name
+	}
+}
+
+// fail reports a port that cannot be served, once.
+func (s *ServiceServers) fail(name types.NamespacedName, port int32, err error) {
+	if p, reported := s.failed[name]; reported && p == port {
+		s.log.V(4).Info("Health check node port still unavailable", "service", name.String(), "port", port, "err", err)
+		return
+	}
+	s.failed[name] = port
+	s.log.Error(err, "Cannot serve the health check node port; load balancers will see this node as unhealthy for the Service", "service", name.String(), "port", port)
+	if s.opts.Report != nil {
+		s.opts.Report(name, ReasonFailedToStart, fmt.Sprintf("cannot serve health check node port %d: %v", port, err))
+	}
+}
+
+// open starts one server per listen address; on error it closes what it
+// opened.
+func (s *ServiceServers) open(name types.NamespacedName, inst *instance) error {
+	addrs := []string{":" + strconv.Itoa(int(inst.port))}
+	if len(s.opts.IPs) > 0 {
+		addrs = addrs[:0]
+		for _, ip := range s.opts.IPs {
+			addrs = append(addrs, netip.AddrPortFrom(ip, uint16(inst.port)).String())
+		}
+	}
+	for _, addr := range addrs {
+		l, err := s.opts.Listen("tcp", addr)
+		if err != nil {
+			inst.close()
+			return fmt.Errorf("listening on %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: serviceHandler{name: name, s: s}, ReadHeaderTimeout: 10 * time.Second}
+		inst.servers = append(inst.servers, srv)
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error(err, "Health check node port server stopped", "service", name.String(), "address", addr)
+			}
+		}()
+	}
+	return nil
+}
+
+func (inst *instance) close() {
+	for _, srv := range inst.servers {
+		_ = srv.Close() // closes the listener; Serve returns ErrServerClosed
+	}
+	inst.servers = nil
+}
+
+// Serving returns the port each Service is served on.
+func (s *ServiceServers) Serving() map[types.NamespacedName]int32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[types.NamespacedName]int32, len(s.services))
+	for name, inst := range s.services {
+		out[name] = inst.port
+	}
+	return out
+}
+
+// Close stops every server; later Updates do nothing.
+func (s *ServiceServers) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, inst := range s.services {
+		inst.close()
+	}
+	clear(s.services)
+	s.closed = true
+}
+
+type serviceHandler struct {
+	name types.NamespacedName
+	s    *ServiceServers
+}
+
+// serviceBody is upstream's answer body.
+type serviceBody struct {
+	Service struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"service"`
+	LocalEndpoints      int  `json:"localEndpoints"`
+	ServiceProxyHealthy bool `json:"serviceProxyHealthy"`
+}
+
+func (h serviceHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	h.s.mu.RLock()
+	inst := h.s.services[h.name]
+	count := 0
+	if inst != nil {
+		count = inst.endpoints
+	}
+	h.s.mu.RUnlock()
+	healthy := h.s.opts.Healthy == nil || h.s.opts.Healthy()
+
+	var body serviceBody
+	body.Service.Namespace, body.Service.Name = h.name.Namespace, h.name.Name
+	body.LocalEndpoints, body.ServiceProxyHealthy = count, healthy
+	data, err := json.Marshal(body)
+	if err != nil {
+		data = []byte("{}")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set(WeightHeader, strconv.Itoa(count))
+	if inst != nil && count > 0 && healthy {
+		w.WriteHeader(http.StatusOK)
+	} else {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = w.Write(data)
+}
