@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
+	"os/exec"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
@@ -26,4 +30,16 @@ func iptablesConfig(o *config.Options, family v1.IPFamily) rules.Config {
 	}
 	c.LocalhostNodePorts = family == v1.IPv4Protocol && o.LocalhostNodePorts() && np.IncludesIPv4Loopback()
 	return c
+}
+
+// classifyIPTablesError names the cause of an iptables backend's sync
+// error: a tool (iptables-restore, iptables-save) that ran and exited with
+// an error status rejected what kproxy asked; other errors are left to
+// metrics.Classify.
+func classifyIPTablesError(err error) metrics.Cause {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return metrics.CauseRejected
+	}
+	return ""
 }

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"errors"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows"
 )
+
+// kproxy's metrics receive the HNS backend's measurements.
+var _ windows.Metrics = (*metrics.Metrics)(nil)
 
 // hnsOptions maps kproxy's configuration onto the HNS backend's for one IP
 // family. hns is nil for a dry run.
@@ -22,6 +28,9 @@ func hnsOptions(o *config.Options, family v1.IPFamily, hns windows.HNS, env app.
 		RootHNSEndpointName:   w.RootHNSEndpointName,
 		ForwardHealthCheckVIP: w.ForwardHealthCheckVIP,
 		Warn:                  env.Warn,
+	}
+	if env.Metrics != nil {
+		opts.Metrics = env.Metrics
 	}
 	if hz, ok := o.HealthzBindAddress(); ok {
 		opts.HealthzPort = int(hz.Port())
@@ -46,4 +55,18 @@ func kernelspaceDryRun(o *config.Options) (proxy.DryRunner, error) {
 		fan = append(fan, b)
 	}
 	return fan, nil
+}
+
+// classifyHNSError names the cause of an HNS backend's sync error: HNS
+// unreachable or restarting is "unavailable", any other HNS call error
+// "rejected"; other errors are left to metrics.Classify.
+func classifyHNSError(err error) metrics.Cause {
+	if windows.IsTransient(err) {
+		return metrics.CauseUnavailable
+	}
+	var e *windows.Error
+	if errors.As(err, &e) {
+		return metrics.CauseRejected
+	}
+	return ""
 }

@@ -40,15 +40,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.Version {
-		fmt.Fprintln(stdout, version.String())
+		_, _ = fmt.Fprintln(stdout, version.String())
 		return 0
 	}
 	if err := o.Complete(fs); err != nil {
-		fmt.Fprintf(stderr, "kproxy: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "kproxy: %v\n", err)
 		return 1
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "kproxy: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "kproxy: %v\n", err)
 		return 1
 	}
 	logger := klog.Background()

@@ -10,8 +10,8 @@ import (
 // it can run (modes_linux.go, modes_windows.go).
 func modes() app.Modes {
 	m := app.Modes{
-		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun},
-		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun},
+		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError},
+		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError},
 	}
 	addPlatformModes(m)
 	return m

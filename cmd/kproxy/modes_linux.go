@@ -10,7 +10,6 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 )
 
@@ -24,9 +23,9 @@ func addPlatformModes(m app.Modes) {
 // newIPTablesBackend starts one backend per IP family the node's iptables
 // tools support: IPv4 always, IPv6 unless ip6tables is unusable (a node
 // without IPv6 gets an IPv4-only proxy, and says so).
-func newIPTablesBackend(ctx context.Context, o *config.Options, _ app.Env) (proxy.Backend, error) {
+func newIPTablesBackend(ctx context.Context, o *config.Options, _ app.Env) (app.Backends, error) {
 	log := klog.FromContext(ctx)
-	var fan proxy.FanOut
+	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
 		if err != nil {
@@ -50,9 +49,9 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, _ app.Env) (prox
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
 		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
-		fan = append(fan, b)
+		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 	}
-	return fan, nil
+	return backends, nil
 }
 
 // cleanupIPTables removes everything kproxy owns, in both families.

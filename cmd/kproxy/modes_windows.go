@@ -10,7 +10,6 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/windows"
 )
@@ -24,21 +23,21 @@ func addPlatformModes(m app.Modes) {
 
 // newHNSBackend starts one HNS backend per IP family; each only touches load
 // balancers and endpoints of its family.
-func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (proxy.Backend, error) {
+func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Backends, error) {
 	hns, err := windows.NewHNS()
 	if err != nil {
 		return nil, fmt.Errorf("HNS: %w", err)
 	}
-	var fan proxy.FanOut
+	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := windows.New(hnsOptions(o, fam, hns, env))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
-		fan = append(fan, b)
+		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 	}
 	klog.FromContext(ctx).Info("HNS backend ready", "network", o.Winkernel().NetworkName)
-	return fan, nil
+	return backends, nil
 }
 
 // cleanupHNS removes the load balancers and remote endpoints kproxy created.

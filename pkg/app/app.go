@@ -1,7 +1,8 @@
 // Package app wires kproxy together: configuration, a source (API server or
-// manifest directory), the shared cache, a platform backend and the runner.
-// It holds no proxy logic; the platform is injected by cmd/kproxy, so this
-// package never imports platform/.
+// manifest directory), the shared cache, a platform backend per IP family,
+// the runner, and the servers around them (metrics, health, health check
+// node ports) and Events. It holds no proxy logic; the platform is injected
+// by cmd/kproxy, so this package never imports platform/.
 package app
 
 import (
@@ -9,52 +10,121 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
-	"time"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/pkg/runner"
 	"github.com/kproxy/kproxy/pkg/source"
+	"github.com/kproxy/kproxy/pkg/version"
 )
 
 // Env is what the app hands a backend besides the configuration.
 type Env struct {
 	// NodeName is this node's name.
 	NodeName string
-	// Warn reports, once per Service, something the platform cannot do for
-	// it (it becomes a warning log and an Event on the Service).
+	// Warn reports, once per Service and reason, something the platform
+	// cannot do for it (it becomes a warning log line and, with an API
+	// server, a Warning Event on the Service). It never blocks.
 	Warn func(svc types.NamespacedName, reason, message string)
+	// Metrics records what only the platform sees: Metrics.IPTables(family)
+	// for the Linux backend, HNSCall/HNSError (platform/windows.Metrics) for
+	// the Windows one. nil in dry runs and cleanups.
+	Metrics *metrics.Metrics
+}
+
+// FamilyBackend is the backend of one IP family.
+type FamilyBackend struct {
+	Family  v1.IPFamily
+	Backend proxy.Backend
+}
+
+// Backends are a mode's backends, one per IP family the node proxies, in
+// the order they sync.
+type Backends []FamilyBackend
+
+// Families lists the backends' families.
+func (b Backends) Families() []v1.IPFamily {
+	out := make([]v1.IPFamily, len(b))
+	for i, fb := range b {
+		out[i] = fb.Family
+	}
+	return out
 }
 
 // Mode is one proxy mode as provided by a platform.
 type Mode struct {
-	// NewBackend builds the backend that programs this node. nil when the
+	// NewBackend builds the backends that program this node. nil when the
 	// mode cannot run on this OS.
-	NewBackend func(ctx context.Context, o *config.Options, env Env) (proxy.Backend, error)
+	NewBackend func(ctx context.Context, o *config.Options, env Env) (Backends, error)
 	// NewDryRun builds a side-effect-free renderer of what the backend would
 	// program; it works on any OS.
 	NewDryRun func(o *config.Options) (proxy.DryRunner, error)
 	// Cleanup removes everything this mode programmed. nil when the mode
 	// cannot run on this OS.
 	Cleanup func(ctx context.Context, o *config.Options) error
+	// ClassifyError names the cause of a backend's sync error when the
+	// platform recognises it ("" otherwise); see metrics.Classify. May be nil.
+	ClassifyError func(error) metrics.Cause
 }
 
 // Modes maps a proxy mode name (config.ModeIPTables, config.ModeKernelspace)
 // to its implementation.
 type Modes map[string]Mode
 
+// Deps are Run's dependencies besides the configuration. Only Modes is
+// required; the rest are seams for tests.
+type Deps struct {
+	Modes Modes
+	// Stdout receives dry runs (default: discarded).
+	Stdout io.Writer
+	// Listen opens the metrics, healthz and health check node port sockets
+	// (default net.Listen).
+	Listen func(network, address string) (net.Listener, error)
+	// HealthCheckIPs are the addresses health check node ports listen on
+	// (default: every address).
+	HealthCheckIPs []netip.Addr
+	// Client replaces the API server client built from the configuration.
+	Client kubernetes.Interface
+	// Events replaces the recorder built on the API server client; it is
+	// used even with --manifests (which otherwise only logs).
+	Events events.EventRecorder
+	// Clock is the health checks' and metrics' clock (default: the real
+	// clock; the runner always uses the real one).
+	Clock clock.PassiveClock
+	// OnListen, when set, is told the address each server ("metrics",
+	// "healthz") listens on.
+	OnListen func(server string, addr net.Addr)
+	// AfterSync, when set, is called after every sync with its snapshot and
+	// result, once metrics, health and health check node ports are updated.
+	AfterSync func(snap *proxy.Snapshot, err error)
+}
+
 // Run runs kproxy until ctx is done. With o.Cleanup it removes what the mode
 // programmed; with o.DryRun it prints what would be programmed to stdout.
 // Both then return.
 func Run(ctx context.Context, o *config.Options, modes Modes, stdout io.Writer) error {
+	return RunWith(ctx, o, Deps{Modes: modes, Stdout: stdout})
+}
+
+// RunWith is Run with every dependency given.
+func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	logger := klog.FromContext(ctx)
 	name := string(o.ProxyMode())
-	mode, ok := modes[name]
+	mode, ok := d.Modes[name]
 	if !ok {
 		return fmt.Errorf("proxy mode %q is not available in this build", name)
 	}
@@ -64,45 +134,89 @@ func Run(ctx context.Context, o *config.Options, modes Modes, stdout io.Writer) 
 		}
 		return mode.Cleanup(ctx, o)
 	}
+	if d.Stdout == nil {
+		d.Stdout = io.Discard
+	}
+	if d.Listen == nil {
+		d.Listen = net.Listen
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
 
+	started := d.Clock.Now()
+	srv := newServers(logger, d.Listen, d.OnListen, o.BindAddressHardFail())
+	defer srv.wait() // after cancel: deferred calls run last-in first-out
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The runner exists only once the initial lists are in; until then
-	// notifications have nothing to wake (the first run is immediate).
-	var trigger atomic.Pointer[func()]
-	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: func() {
-		if t := trigger.Load(); t != nil {
-			(*t)()
+
+	client := d.Client
+	if client == nil && o.Manifests == "" {
+		var err error
+		if client, err = newClient(o.ClientConnection()); err != nil {
+			return err
 		}
-	}})
+	}
+	q := &queue{}
+	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: q.notify})
+	uids := newServiceUIDs()
 	srcErr := make(chan error, 1)
-	go func() { srcErr <- runSource(ctx, o, c) }()
+	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: uids}) }()
 
 	if err := waitSynced(ctx, c, srcErr); err != nil {
 		return err
 	}
 	if o.DryRun {
 		snap, _ := c.Snapshot()
-		return dryRun(o, mode, snap, stdout)
+		return dryRun(o, mode, snap, d.Stdout)
 	}
-
 	if mode.NewBackend == nil {
 		return fmt.Errorf("proxy mode %q cannot run on this OS (it works here only with --dry-run)", name)
 	}
-	env := Env{NodeName: o.NodeName, Warn: newWarner(logger)}
-	backend, err := mode.NewBackend(ctx, o, env)
+
+	recorder := d.Events
+	if recorder == nil && o.Manifests == "" {
+		var err error
+		if recorder, err = newRecorder(ctx, client); err != nil {
+			return fmt.Errorf("starting the event recorder: %w", err)
+		}
+	}
+	rep := newReporter(logger, recorder, o.NodeName, uids)
+	m := metrics.New(metrics.Options{Mode: name, Version: buildVersion(), Pending: c.Pending, Clock: d.Clock})
+	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Warn: rep.warn, Metrics: m})
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", name, err)
 	}
-	s := &syncer{cache: c, backend: backend, log: logger}
-	r := runner.New(s.sync, runner.Options{
+	if len(backends) == 0 {
+		return fmt.Errorf("proxy mode %q has no backend for any IP family", name)
+	}
+	fams := backends.Families()
+	m.Families(fams...)
+
+	health := healthcheck.NewProxyHealth(2*o.SyncPeriod(), d.Clock)
+	hc := healthcheck.NewServiceServers(healthcheck.ServiceOptions{IPs: d.HealthCheckIPs, Listen: d.Listen,
+		Healthy: health.Healthy, Report: rep.healthCheckFailed, Logger: &logger})
+	defer hc.Close()
+	if addr, ok := o.MetricsBindAddress(); ok {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		srv.start(ctx, "metrics", addr.String(), mux)
+	}
+	if addr, ok := o.HealthzBindAddress(); ok {
+		srv.start(ctx, "healthz", addr.String(), health.Handler(m.Served))
+	}
+
+	s := &syncer{cache: c, backends: backends, log: logger, clock: d.Clock, metrics: m, health: health, services: hc,
+		reporter: rep, classify: func(err error) metrics.Cause { return metrics.Classify(err, mode.ClassifyError) }, afterSync: d.AfterSync, started: started}
+	r := runner.New(s.run, runner.Options{
 		MinInterval:  o.MinSyncPeriod(),
 		MaxInterval:  o.SyncPeriod(),
 		FullInterval: o.FullSyncPeriod,
 	})
-	kick := r.Trigger
-	trigger.Store(&kick)
-	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
+	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "families", fams,
+		"minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
+	rep.starting()
+	q.start(r.Trigger, fams, health, m)
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	select {
@@ -113,6 +227,10 @@ func Run(ctx context.Context, o *config.Options, modes Modes, stdout io.Writer) 
 			return fmt.Errorf("source: %w", err)
 		}
 		return nil
+	case err := <-srv.fatal:
+		cancel()
+		<-done
+		return err
 	case <-ctx.Done():
 		<-done
 		return nil
@@ -134,13 +252,9 @@ func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error) error 
 	}
 }
 
-func runSource(ctx context.Context, o *config.Options, h source.Handler) error {
+func runSource(ctx context.Context, o *config.Options, client kubernetes.Interface, h source.Handler) error {
 	if o.Manifests != "" {
 		return source.RunManifests(ctx, o.Manifests, o.NodeName, h)
-	}
-	client, err := newClient(o.ClientConnection())
-	if err != nil {
-		return err
 	}
 	return source.RunAPIServer(ctx, client, o.NodeName, o.ConfigSyncPeriod(), h)
 }
@@ -156,40 +270,22 @@ func dryRun(o *config.Options, mode Mode, snap *proxy.Snapshot, w io.Writer) err
 	return d.DryRun(w, snap)
 }
 
-// LogOnlyBackend is the backend of a mode with no platform backend yet: it
-// programs nothing; the syncer logs the desired state of every change at -v=2.
-func LogOnlyBackend(context.Context, *config.Options, Env) (proxy.Backend, error) {
-	return logOnly{}, nil
+// buildVersion is the version label of kproxy_build_info ("v0.1.0", "dev").
+func buildVersion() string {
+	// version.String() is "kproxy VERSION (GOVERSION OS/ARCH)".
+	if f := strings.Fields(version.String()); len(f) > 1 {
+		return f[1]
+	}
+	return "dev"
+}
+
+// LogOnlyBackend is the backend of a mode with no platform backend yet: one
+// per family that programs nothing; the syncer logs the desired state of
+// every change at -v=2.
+func LogOnlyBackend(context.Context, *config.Options, Env) (Backends, error) {
+	return Backends{{Family: v1.IPv4Protocol, Backend: logOnly{}}, {Family: v1.IPv6Protocol, Backend: logOnly{}}}, nil
 }
 
 type logOnly struct{}
 
 func (logOnly) Sync(context.Context, *proxy.Snapshot, proxy.Changes) error { return nil }
-
-// syncer is one runner step: snapshot, sync, acknowledge.
-type syncer struct {
-	cache   *cache.Cache
-	backend proxy.Backend
-	log     klog.Logger
-}
-
-// maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
-const maxLoggedPorts = 50
-
-func (s *syncer) sync(ctx context.Context, full bool) error {
-	snap, ch := s.cache.Snapshot()
-	ch.Full = ch.Full || full
-	start := time.Now()
-	err := s.backend.Sync(ctx, snap, ch)
-	took := time.Since(start)
-	if err != nil {
-		return fmt.Errorf("sync of generation %d (full=%v): %w", snap.Generation, ch.Full, err)
-	}
-	s.cache.Ack(snap)
-	s.log.V(2).Info("Synced", "generation", snap.Generation, "full", ch.Full, "changedPorts", len(ch.Ports),
-		"ipv4Ports", snap.IPv4.Len(), "ipv6Ports", snap.IPv6.Len(), "took", took)
-	if v := s.log.V(2); v.Enabled() {
-		logChanges(s.log, snap, ch)
-	}
-	return nil
-}

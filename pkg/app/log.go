@@ -2,10 +2,8 @@ package app
 
 import (
 	"sort"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -38,28 +36,5 @@ func logChanges(log klog.Logger, snap *proxy.Snapshot, ch proxy.Changes) {
 		if !found {
 			log.V(2).Info("Desired state: service port removed", "servicePort", n.String())
 		}
-	}
-}
-
-// warner reports each (Service, reason) once.
-type warner struct {
-	log  klog.Logger
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-func newWarner(log klog.Logger) func(types.NamespacedName, string, string) {
-	w := &warner{log: log, seen: map[string]bool{}}
-	return w.warn
-}
-
-func (w *warner) warn(svc types.NamespacedName, reason, message string) {
-	key := svc.String() + "\x00" + reason + "\x00" + message
-	w.mu.Lock()
-	dup := w.seen[key]
-	w.seen[key] = true
-	w.mu.Unlock()
-	if !dup {
-		w.log.Info("Warning: the platform cannot honour part of a Service", "service", svc.String(), "reason", reason, "message", message)
 	}
 }

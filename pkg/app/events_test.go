@@ -1,0 +1,168 @@
+package app
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/config"
+)
+
+// recorded is one Event given to a recorder.
+type recorded struct {
+	regarding                    v1.ObjectReference
+	eventType, reason, action, n string
+}
+
+// recorder is an events.EventRecorder that keeps what it is given.
+type recorder struct {
+	mu     sync.Mutex
+	events []recorded
+}
+
+func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, recorded{*regarding.(*v1.ObjectReference), eventtype, reason, action, fmt.Sprintf(note, args...)})
+}
+
+func (r *recorder) take() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.events
+	r.events = nil
+	return out
+}
+
+func TestReporter(t *testing.T) {
+	web := types.NamespacedName{Namespace: "demo", Name: "web"}
+	uids := newServiceUIDs()
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web", UID: "uid-1"}}
+	uids.update(nil, svc)
+	rec := &recorder{}
+	r := newReporter(klog.Background(), rec, "node1", uids)
+
+	r.starting()
+	r.warn(web, "NoDSR", "first")
+	r.warn(web, "NoDSR", "again, other words")
+	r.warn(web, "NoAffinity", "second reason")
+	r.healthCheckFailed(web, "FailedToStartServiceHealthcheck", "port busy")
+	r.healthCheckFailed(web, "FailedToStartServiceHealthcheck", "port busy")
+	r.forget() // web still exists: its warnings stay deduplicated
+	r.warn(web, "NoDSR", "still once")
+
+	// Deleted and created again: a new object, warned about again.
+	uids.update(svc, nil)
+	r.forget()
+	svc2 := svc.DeepCopy()
+	svc2.UID = "uid-2"
+	uids.update(nil, svc2)
+	r.warn(web, "NoDSR", "new object")
+
+	want := []string{
+		"Node//node1 uid=node1 Normal Starting StartKproxy: Starting kproxy.",
+		"Service/demo/web uid=uid-1 Warning NoDSR Sync: first",
+		"Service/demo/web uid=uid-1 Warning NoAffinity Sync: second reason",
+		"Service/demo/web uid=uid-1 Warning FailedToStartServiceHealthcheck Listen: node node1: port busy",
+		"Service/demo/web uid=uid-1 Warning FailedToStartServiceHealthcheck Listen: node node1: port busy",
+		"Service/demo/web uid=uid-2 Warning NoDSR Sync: new object",
+	}
+	var got []string
+	for _, e := range rec.take() {
+		got = append(got, fmt.Sprintf("%s/%s/%s uid=%s %s %s %s: %s", e.regarding.Kind, e.regarding.Namespace, e.regarding.Name,
+			e.regarding.UID, e.eventType, e.reason, e.action, e.n))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Without an API server: logs only, nothing breaks.
+	quiet := newReporter(klog.Background(), nil, "node1", uids)
+	quiet.starting()
+	quiet.warn(web, "NoDSR", "x")
+	quiet.healthCheckFailed(web, "FailedToStartServiceHealthcheck", "x")
+}
+
+// TestEventsThroughAPIServer runs kproxy against a fake API server: the
+// "Starting" Event on the Node, a backend warning and a health check node
+// port that cannot be bound reach the API as events.k8s.io/v1 Events.
+func TestEventsThroughAPIServer(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Close() }()
+	hc := int32(busy.Addr().(*net.TCPAddr).Port)
+	ready := true
+	client := fake.NewClientset(
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", UID: "node-uid"}},
+		&v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web", UID: "web-uid"},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
+				HealthCheckNodePort: hc, ClusterIP: "10.96.0.20", ClusterIPs: []string{"10.96.0.20"},
+				Ports: []v1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}},
+		},
+		&discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "demo", Name: "web-1", Labels: map[string]string{discovery.LabelServiceName: "web"}},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(v1.ProtocolTCP)}},
+			Endpoints:   []discovery.Endpoint{{Addresses: []string{"10.244.1.20"}, NodeName: ptr("node1"), Conditions: discovery.EndpointConditions{Ready: &ready}}},
+		},
+	)
+	created := make(chan *eventsv1.Event, 100)
+	client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetResource().Group == eventsv1.GroupName {
+			created <- a.(k8stesting.CreateAction).GetObject().(*eventsv1.Event).DeepCopy()
+		}
+		return false, nil, nil
+	})
+	web := types.NamespacedName{Namespace: "demo", Name: "web"}
+	h := start(t, "", run{
+		tweak: func(o *config.Options, d *Deps) {
+			o.Manifests = ""
+			d.Client = client
+		},
+		warn: func(env Env) { env.Warn(web, "NoDSR", "DSR needs HNS 11.10") },
+	})
+	h.waitSync("first sync", succeeded)
+
+	var got []string
+	deadline := time.After(testTimeout)
+	for len(got) < 3 {
+		select {
+		case e := <-created:
+			if e.ReportingController != "kproxy" || e.EventTime.IsZero() {
+				t.Errorf("event %s: reportingController %q, eventTime %v", e.Name, e.ReportingController, e.EventTime)
+			}
+			got = append(got, fmt.Sprintf("%s %s/%s/%s uid=%s %s %s %s", e.Namespace, e.Regarding.Kind, e.Regarding.Namespace, e.Regarding.Name,
+				e.Regarding.UID, e.Type, e.Reason, e.Action))
+		case <-deadline:
+			t.Fatalf("events so far: %q", got)
+		}
+	}
+	sort.Strings(got)
+	want := []string{
+		"default Node//node1 uid=node1 Normal Starting StartKproxy",
+		"demo Service/demo/web uid=web-uid Warning FailedToStartServiceHealthcheck Listen",
+		"demo Service/demo/web uid=web-uid Warning NoDSR Sync",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

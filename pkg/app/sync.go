@@ -1,0 +1,164 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kproxy/kproxy/pkg/cache"
+	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/metrics"
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// syncer is one runner step: snapshot, sync every family's backend, and
+// once all succeeded acknowledge the snapshot and publish what was
+// programmed (metrics, health, health check node ports).
+type syncer struct {
+	cache    *cache.Cache
+	backends Backends
+	log      klog.Logger
+	clock    clock.PassiveClock
+	metrics  *metrics.Metrics
+	health   *healthcheck.ProxyHealth
+	services *healthcheck.ServiceServers
+	reporter *reporter
+	// classify names the cause of a backend error (metrics.Classify with
+	// the mode's classifier).
+	classify func(error) metrics.Cause
+	// afterSync, when set, is called after every sync (Deps.AfterSync).
+	afterSync func(snap *proxy.Snapshot, err error)
+	// started is when kproxy started: older trigger times are not measured.
+	started time.Time
+}
+
+// maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
+const maxLoggedPorts = 50
+
+// run is the runner's function. The runner only uses the error to back off
+// and make the next sync full, so it is logged here.
+func (s *syncer) run(ctx context.Context, full bool) error {
+	snap, err := s.sync(ctx, full)
+	if err != nil && ctx.Err() == nil {
+		s.log.Error(err, "Sync failed; the next sync is full")
+	}
+	if s.afterSync != nil {
+		s.afterSync(snap, err)
+	}
+	return err
+}
+
+func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
+	snap, ch := s.cache.Snapshot()
+	ch.Full = ch.Full || full
+	s.health.SetNodeDeleting(snap.Node.Deleting)
+
+	start := s.clock.Now()
+	var errs []error
+	for _, b := range s.backends {
+		began := s.clock.Now()
+		err := b.Backend.Sync(ctx, snap, ch)
+		took := s.clock.Since(began)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.metrics.SyncFailed(b.Family, s.classify(err))
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", b.Family, err))
+			continue
+		}
+		s.metrics.Synced(b.Family, ch.Full, took)
+		s.metrics.NoLocalEndpoints(b.Family, snap.Family(b.Family))
+		s.health.Updated(b.Family)
+	}
+	if len(errs) > 0 {
+		return snap, fmt.Errorf("sync of generation %d (full=%v): %w", snap.Generation, ch.Full, errors.Join(errs...))
+	}
+	s.cache.Ack(snap)
+	s.metrics.ChangesProgrammed(ch.ServiceEvents, ch.EndpointEvents)
+	s.metrics.Programmed(programmingFamily(snap, s.backends), triggersSince(ch.TriggerTimes, s.started))
+	s.services.Update(healthcheck.ServicesFromSnapshot(snap))
+	s.reporter.forget()
+
+	s.log.V(2).Info("Synced", "generation", snap.Generation, "full", ch.Full, "changedPorts", len(ch.Ports),
+		"ipv4Ports", snap.IPv4.Len(), "ipv6Ports", snap.IPv6.Len(), "took", s.clock.Since(start))
+	if v := s.log.V(2); v.Enabled() {
+		logChanges(s.log, snap, ch)
+	}
+	return snap, nil
+}
+
+// triggersSince keeps the trigger times after start. Like upstream, changes
+// made before kproxy started are not measured: their latency would include
+// the time kproxy was not running (or a restart would report the age of
+// every EndpointSlice).
+func triggersSince(triggers []time.Time, start time.Time) []time.Time {
+	var out []time.Time
+	for _, t := range triggers {
+		if t.After(start) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// programmingFamily is the ip_family label of network programming latency
+// samples. Changes carry their EndpointSlice trigger times without the
+// slices' address types, so each sample is recorded once under the family
+// the node proxies Services of: the one with service ports, the first
+// backend's when both (or neither) have some. Sums over families are exact;
+// dual-stack clusters see their IPv6 samples under IPv4.
+func programmingFamily(snap *proxy.Snapshot, backends Backends) v1.IPFamily {
+	fams := backends.Families()
+	if len(fams) == 0 {
+		return v1.IPv4Protocol
+	}
+	var with []v1.IPFamily
+	for _, f := range fams {
+		if snap.Family(f).Len() > 0 {
+			with = append(with, f)
+		}
+	}
+	if len(with) == 1 {
+		return with[0]
+	}
+	return fams[0]
+}
+
+// queue is the cache's Notify: every change marks each family's health as
+// having a queued update, stamps the last-queued metric, and wakes the
+// runner. Until start, there is no runner and no family yet: changes wait
+// for the first sync, which start queues.
+type queue struct {
+	mu       sync.Mutex
+	trigger  func()
+	families []v1.IPFamily
+	health   *healthcheck.ProxyHealth
+	metrics  *metrics.Metrics
+}
+
+func (q *queue) notify() {
+	q.mu.Lock()
+	trigger, fams, health, m := q.trigger, q.families, q.health, q.metrics
+	q.mu.Unlock()
+	for _, f := range fams {
+		health.QueuedUpdate(f)
+		m.Queued(f)
+	}
+	if trigger != nil {
+		trigger()
+	}
+}
+
+// start connects the queue to the runner and queues the first sync.
+func (q *queue) start(trigger func(), fams []v1.IPFamily, health *healthcheck.ProxyHealth, m *metrics.Metrics) {
+	q.mu.Lock()
+	q.trigger, q.families, q.health, q.metrics = trigger, fams, health, m
+	q.mu.Unlock()
+	q.notify()
+}
