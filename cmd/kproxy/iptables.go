@@ -20,8 +20,14 @@ func iptablesConfig(o *config.Options, family v1.IPFamily) rules.Config {
 		c.FilterBit = rules.DefaultMasqueradeBit
 	}
 	c.MasqueradeAll = o.MasqueradeAll()
-	if dl := o.DetectLocal(); dl.Mode == config.LocalModeClusterCIDR {
-		c.ClusterCIDRs = dl.ClusterCIDRs
+	dl := o.DetectLocal()
+	c.ClusterCIDRs = o.ClusterCIDRs()
+	c.LocalDetect = string(dl.Mode)
+	switch dl.Mode {
+	case config.LocalModeBridgeInterface:
+		c.LocalInterface = dl.BridgeInterface
+	case config.LocalModeInterfaceNamePrefix:
+		c.LocalInterface = dl.InterfaceNamePrefix
 	}
 	np := o.NodePortAddresses()
 	c.NodePortPrimary = np.Primary

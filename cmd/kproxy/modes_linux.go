@@ -23,7 +23,7 @@ func addPlatformModes(m app.Modes) {
 // newIPTablesBackend starts one backend per IP family the node's iptables
 // tools support: IPv4 always, IPv6 unless ip6tables is unusable (a node
 // without IPv6 gets an IPv4-only proxy, and says so).
-func newIPTablesBackend(ctx context.Context, o *config.Options, _ app.Env) (app.Backends, error) {
+func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (app.Backends, error) {
 	log := klog.FromContext(ctx)
 	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
@@ -44,6 +44,7 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, _ app.Env) (app.
 			NFTables:     sys.NFTables,
 			Conntrack:    sys.Conntrack,
 			Host:         sys.Host,
+			Metrics:      env.Metrics.IPTables(fam),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)

@@ -189,12 +189,6 @@ func TestWarnings(t *testing.T) {
 			"windowsRunAsService is ignored: run kproxy as a HostProcess container",
 			`logging.format "json" is ignored: kproxy logs in klog's text format`,
 		}},
-		{"detect-local modes other than ClusterCIDR", func(c *kpc) {
-			c.ClusterCIDR = "10.0.0.0/8"
-			c.DetectLocalMode = LocalModeInterfaceNamePrefix
-		}, []string{
-			`detectLocalMode InterfaceNamePrefix is not implemented by kproxy: local-traffic detection uses clusterCIDR ("10.0.0.0/8")`,
-		}},
 		{"no cluster CIDR for ClusterCIDR detection", func(*kpc) {}, []string{
 			"detectLocalMode is ClusterCIDR but clusterCIDR is empty: local-traffic detection is off (off-cluster traffic to ClusterIPs is not masqueraded)",
 		}},

@@ -225,9 +225,6 @@ func (o *Options) Warnings() []string {
 	if c.Logging.Format != "" && c.Logging.Format != "text" {
 		w = append(w, fmt.Sprintf("logging.format %q is ignored: kproxy logs in klog's text format", c.Logging.Format))
 	}
-	if c.Mode == ModeIPTables && c.DetectLocalMode != "" && c.DetectLocalMode != LocalModeClusterCIDR {
-		w = append(w, fmt.Sprintf("detectLocalMode %s is not implemented by kproxy: local-traffic detection uses clusterCIDR (%q)", c.DetectLocalMode, c.ClusterCIDR))
-	}
 	if c.Mode == ModeIPTables && c.DetectLocalMode == LocalModeClusterCIDR && strings.TrimSpace(c.ClusterCIDR) == "" {
 		w = append(w, "detectLocalMode is ClusterCIDR but clusterCIDR is empty: local-traffic detection is off (off-cluster traffic to ClusterIPs is not masqueraded)")
 	}

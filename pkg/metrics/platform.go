@@ -10,6 +10,9 @@ import (
 // IPTables returns the recorder one Linux (iptables) backend of family uses.
 // Its methods are what the backend alone sees during a sync.
 func (m *Metrics) IPTables(f v1.IPFamily) *IPTablesMetrics {
+	if m == nil {
+		return nil
+	}
 	return &IPTablesMetrics{m: m, family: string(f)}
 }
 

@@ -35,7 +35,27 @@ type Options struct {
 	NFTables  NFTables
 	Conntrack Conntrack
 	Host      Host
+	// Metrics receives what each sync did (nil: none).
+	Metrics Metrics
 }
+
+// Metrics receives the iptables-specific results of syncs.
+type Metrics interface {
+	// RestoreFailed counts a failed iptables-restore (partial: of a partial
+	// sync, which is then retried as a full one).
+	RestoreFailed(partial bool)
+	// Rules records, after a successful sync, the rules kproxy owns in a
+	// table ("nat", "filter") and how many the sync wrote there.
+	Rules(table string, total, written int)
+	// ConntrackDeleted counts stale conntrack entries deleted.
+	ConntrackDeleted(n int)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RestoreFailed(bool)     {}
+func (noMetrics) Rules(string, int, int) {}
+func (noMetrics) ConntrackDeleted(int)   {}
 
 // SyncResult describes the last sync, for logs and metrics.
 type SyncResult struct {
@@ -98,6 +118,9 @@ func New(opts Options) (*Backend, error) {
 			opts.Host = sys.Host
 		}
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
 	return &Backend{opts: opts, family: opts.Rules.Family, planner: planner, needFull: true}, nil
 }
 
@@ -140,14 +163,23 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		err = errCanary
 	}
 	if err != nil && !full {
+		if errors.Is(err, errRestore) {
+			b.opts.Metrics.RestoreFailed(true)
+		}
 		klog.InfoS("Partial sync failed (kproxy's chains flushed or changed behind its back?): full sync", "family", b.family, "err", err)
 		full = true
 		plan, err = b.apply(ctx, snap, ch, true)
 	}
 	if err != nil {
+		if errors.Is(err, errRestore) {
+			b.opts.Metrics.RestoreFailed(false)
+		}
 		b.fail()
 		return err
 	}
+	st := plan.Stats
+	b.opts.Metrics.Rules(rules.TableNAT, st.Rules-st.FilterRules, st.WrittenRules-st.WrittenFilterRules)
+	b.opts.Metrics.Rules(rules.TableFilter, st.FilterRules, st.WrittenFilterRules)
 	var errs []error
 	if full && plan.RouteLocalnet {
 		if err := b.opts.Host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
@@ -155,6 +187,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		}
 	}
 	deleted, err := b.cleanConntrack(plan.Conntrack)
+	b.opts.Metrics.ConntrackDeleted(deleted)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -216,7 +249,7 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 				// Keep the cleanups a failed plan computed.
 				b.pendingCT = append(b.pendingCT, plan.Conntrack...)
 			}
-			return nil, fmt.Errorf("%s: writing %d chains (%d bytes): %w", b.opts.Iptables.Describe(), plan.Stats.WrittenChains, len(restore), err)
+			return nil, fmt.Errorf("%w: %s: writing %d chains (%d bytes): %w", errRestore, b.opts.Iptables.Describe(), plan.Stats.WrittenChains, len(restore), err)
 		}
 	}
 	if to != nil {
@@ -302,6 +335,9 @@ func (b *Backend) deleteNFTable(ctx context.Context) {
 // errCanary says the canary rule is gone: someone flushed a table or deleted
 // kproxy's chains.
 var errCanary = errors.New("the canary rule is gone")
+
+// errRestore marks a failed iptables-restore run.
+var errRestore = errors.New("iptables-restore failed")
 
 // canaryOK reports whether both canary chains still hold their rule. A sync
 // that writes nothing checks them this way (one iptables -S per table); a

@@ -596,3 +596,52 @@ func TestTakeOverFailureNeverBlocksSync(t *testing.T) {
 	}
 	w.checkMatchesFullPlan()
 }
+
+// recordingMetrics records what the backend reports.
+type recordingMetrics struct {
+	restoreFailed map[bool]int
+	rules         map[string][2]int
+	conntrack     int
+}
+
+func (m *recordingMetrics) RestoreFailed(partial bool) { m.restoreFailed[partial]++ }
+func (m *recordingMetrics) Rules(table string, total, written int) {
+	m.rules[table] = [2]int{total, written}
+}
+func (m *recordingMetrics) ConntrackDeleted(n int) { m.conntrack += n }
+
+func TestSyncReportsMetrics(t *testing.T) {
+	m := &recordingMetrics{restoreFailed: map[bool]int{}, rules: map[string][2]int{}}
+	w := newWorld(t, v1.IPv4Protocol, func(o *Options) { o.Metrics = m })
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1), proxytest.WithNodePort())
+	w.mustSync(false)
+	st := w.b.Last().Stats
+	nat, filter := m.rules["nat"], m.rules["filter"]
+	if nat[0]+filter[0] != st.Rules || filter[0] == 0 || nat[0] == 0 {
+		t.Errorf("rules nat %v filter %v, stats %+v", nat, filter, st)
+	}
+	if nat[1] != nat[0] || filter[1] != filter[0] {
+		t.Errorf("the first sync wrote nat %v filter %v, want everything", nat, filter)
+	}
+	// Count the kernel's own view: iptables-save lines of kproxy's chains.
+	save := w.ipt.Dump()
+	if got := strings.Count(save, "\n-A KPROXY-"); got != st.Rules {
+		t.Errorf("kernel holds %d kproxy rules, metrics say %d", got, st.Rules)
+	}
+
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1, proxytest.PodB2), proxytest.WithNodePort())
+	w.ipt.FailNext["Restore"] = errors.New("xtables lock busy")
+	w.mustSync(false)
+	if m.restoreFailed[true] != 1 || m.restoreFailed[false] != 0 {
+		t.Errorf("restore failures %v, want one partial", m.restoreFailed)
+	}
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1), proxytest.WithNodePort())
+	w.ipt.FailNext["Restore"] = errors.New("xtables lock busy")
+	w.b.needFull = true
+	if _, err := w.sync(false); err == nil {
+		t.Fatal("full sync with a failing restore succeeded")
+	}
+	if m.restoreFailed[false] != 1 {
+		t.Errorf("restore failures %v, want one full", m.restoreFailed)
+	}
+}

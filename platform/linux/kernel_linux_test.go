@@ -165,17 +165,23 @@ func TestKernelRoundTrip(t *testing.T) {
 		for _, fam := range families {
 			for _, shard := range []int{0, 2} {
 				t.Run(fmt.Sprintf("%s/%s/shard-threshold=%d", f, fam, shard), func(t *testing.T) {
-					roundTrip(t, snap, fam, f, shard)
+					roundTrip(t, snap, fam, f, func(o *Options) { o.Rules.ShardThreshold = shard })
 				})
 			}
+			// Interface-based local detection renders "-i" matches.
+			t.Run(fmt.Sprintf("%s/%s/detect-local=InterfaceNamePrefix", f, fam), func(t *testing.T) {
+				roundTrip(t, snap, fam, f, func(o *Options) {
+					o.Rules.LocalDetect, o.Rules.LocalInterface = rules.LocalInterfaceNamePrefix, "veth"
+				})
+			})
 		}
 	}
 }
 
-func roundTrip(t *testing.T, snap *proxy.Snapshot, fam v1.IPFamily, f Flavour, shard int) {
+func roundTrip(t *testing.T, snap *proxy.Snapshot, fam v1.IPFamily, f Flavour, mutate func(*Options)) {
 	inNetns(t, func() {
 		ctx := context.Background()
-		b := systemBackend(t, fam, f, func(o *Options) { o.Rules.ShardThreshold = shard })
+		b := systemBackend(t, fam, f, mutate)
 		if err := b.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
 			t.Fatal(err)
 		}

@@ -111,17 +111,20 @@ const (
 )
 
 // localMatch is one way to match traffic from local pods: is matches it,
-// not matches everything else.
-type localMatch struct{ is, not string }
+// not matches everything else; iface tells an input-interface match.
+type localMatch struct {
+	is, not string
+	iface   bool
+}
 
 // staticLocal returns the matches known from the configuration alone (none
 // for LocalNodeCIDR until the node is known).
 func (c *Config) staticLocal() []localMatch {
 	switch c.LocalDetect {
 	case LocalBridgeInterface:
-		return []localMatch{{is: "-i " + c.LocalInterface, not: "! -i " + c.LocalInterface}}
+		return []localMatch{{is: "-i " + c.LocalInterface, not: "! -i " + c.LocalInterface, iface: true}}
 	case LocalInterfaceNamePrefix:
-		return []localMatch{{is: "-i " + c.LocalInterface + "+", not: "! -i " + c.LocalInterface + "+"}}
+		return []localMatch{{is: "-i " + c.LocalInterface + "+", not: "! -i " + c.LocalInterface + "+", iface: true}}
 	case LocalNodeCIDR:
 		return nil
 	}

@@ -28,8 +28,8 @@ func TestDetectLocalModes(t *testing.T) {
 		absent      []string
 	}{
 		{mode: LocalClusterCIDR, want: []string{"! -s 10.244.0.0/16 -d 10.96.0.1/32", "-s 10.244.0.0/16 -j KPROXY-SVC-"}},
-		{mode: LocalBridgeInterface, iface: "cbr0", want: []string{"! -i cbr0 -d 10.96.0.1/32", "-i cbr0 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
-		{mode: LocalInterfaceNamePrefix, iface: "veth", want: []string{"! -i veth+ -d 10.96.0.1/32", "-i veth+ -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
+		{mode: LocalBridgeInterface, iface: "cbr0", want: []string{"-d 10.96.0.1/32 ! -i cbr0", "-i cbr0 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
+		{mode: LocalInterfaceNamePrefix, iface: "veth", want: []string{"-d 10.96.0.1/32 ! -i veth+", "-i veth+ -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
 		{mode: LocalNodeCIDR, podCIDRs: []string{"10.244.1.0/24", "fd00:10:1::/64"}, want: []string{"! -s 10.244.1.0/24 -d 10.96.0.1/32", "-s 10.244.1.0/24 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16", "fd00"}},
 		{mode: LocalNodeCIDR, absent: []string{"10.244.0.0/16", "! -s 10.", "-i "}}, // node not known yet: nothing is local
 	}

@@ -54,6 +54,9 @@ type Stats struct {
 	// WrittenChains and WrittenRules count what this plan's restore input
 	// rewrites; DeletedChains the chains it deletes.
 	WrittenChains, WrittenRules, DeletedChains int
+	// FilterRules and WrittenFilterRules are the filter table's share of
+	// Rules and WrittenRules (the rest is in nat).
+	FilterRules, WrittenFilterRules int
 }
 
 // Plan is the result of planning one sync.
@@ -109,6 +112,8 @@ type Planner struct {
 	portChn  int
 	// rules and chains of the fixed chains (dispatch parents included)
 	baseRules, baseChains int
+	// filterRules counts the rules of the filter table (all in fixed chains).
+	filterRules int
 	// the dispatch parents as last rendered, and KPROXY-SERVICES' tail
 	parents [2]chainOut
 	svcTail []byte
@@ -564,12 +569,16 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 	fcanary.add("-j RETURN")
 	filter = append(filter, fcanary.out())
 
-	p.baseRules, p.baseChains = 0, 0
+	p.baseRules, p.baseChains, p.filterRules = 0, 0, 0
 	for ti, list := range [][]chainOut{nat, filter} {
 		for _, c := range list {
 			p.emit(w, ti, c)
-			p.baseRules += bytes.Count(c.body, []byte{'\n'})
+			n := bytes.Count(c.body, []byte{'\n'})
+			p.baseRules += n
 			p.baseChains++
+			if ti == 1 {
+				p.filterRules += n
+			}
 		}
 	}
 	p.drop(w, 0, ChainOffCluster)
@@ -660,6 +669,10 @@ func (p *Planner) stats(w *planWriter) Stats {
 		WrittenRules:  w.rules,
 		WrittenChains: len(w.written[0]) + len(w.written[1]),
 		DeletedChains: len(w.deleted[0]) + len(w.deleted[1]),
+		FilterRules:   p.filterRules,
+	}
+	for _, c := range w.written[1] {
+		s.WrittenFilterRules += bytes.Count(c.body, []byte{'\n'})
 	}
 	for _, d := range p.disp {
 		if d.sharded {

@@ -331,6 +331,9 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 		switch {
 		case r.cfg.MasqueradeAll:
 			w.add(dst, pm, r.setMasq)
+		case len(r.local) == 1 && r.local[0].iface:
+			// iptables-save prints -i after -d: render it in that order.
+			w.add(dst, r.local[0].not, pm, r.setMasq)
 		case len(r.local) == 1:
 			w.add(r.local[0].not, dst, pm, r.setMasq)
 		case len(r.local) > 1:
