@@ -81,7 +81,9 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	}
 	s.cache.Ack(snap)
 	s.metrics.ChangesProgrammed(ch.ServiceEvents, ch.EndpointEvents)
-	s.metrics.Programmed(programmingFamily(snap, s.backends), triggersSince(ch.TriggerTimes, s.started))
+	for _, f := range s.backends.Families() {
+		s.metrics.Programmed(f, triggersSince(ch.TriggerTimes[f], s.started))
+	}
 	s.services.Update(healthcheck.ServicesFromSnapshot(snap))
 	s.reporter.forget()
 
@@ -105,29 +107,6 @@ func triggersSince(triggers []time.Time, start time.Time) []time.Time {
 		}
 	}
 	return out
-}
-
-// programmingFamily is the ip_family label of network programming latency
-// samples. Changes carry their EndpointSlice trigger times without the
-// slices' address types, so each sample is recorded once under the family
-// the node proxies Services of: the one with service ports, the first
-// backend's when both (or neither) have some. Sums over families are exact;
-// dual-stack clusters see their IPv6 samples under IPv4.
-func programmingFamily(snap *proxy.Snapshot, backends Backends) v1.IPFamily {
-	fams := backends.Families()
-	if len(fams) == 0 {
-		return v1.IPv4Protocol
-	}
-	var with []v1.IPFamily
-	for _, f := range fams {
-		if snap.Family(f).Len() > 0 {
-			with = append(with, f)
-		}
-	}
-	if len(with) == 1 {
-		return with[0]
-	}
-	return fams[0]
 }
 
 // queue is the cache's Notify: every change marks each family's health as

@@ -74,7 +74,7 @@ type Cache struct {
 // batch accumulates event bookkeeping between two snapshots.
 type batch struct {
 	gen            uint64
-	triggers       []time.Time
+	triggers       [2][]time.Time // by family index
 	svcEvents      int
 	endpointEvents int
 }
@@ -176,7 +176,7 @@ func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 		m[info.name] = info
 		touched[info.service] = struct{}{}
 		if !info.trigger.IsZero() {
-			c.open.triggers = append(c.open.triggers, info.trigger)
+			c.open.triggers[info.fam] = append(c.open.triggers[info.fam], info.trigger)
 		}
 	}
 	for k := range touched {
@@ -263,7 +263,14 @@ func (c *Cache) Snapshot() (*proxy.Snapshot, proxy.Changes) {
 		ch.Ports[name] = struct{}{}
 	}
 	for _, b := range c.pending {
-		ch.TriggerTimes = append(ch.TriggerTimes, b.triggers...)
+		for fam, ts := range b.triggers {
+			if len(ts) > 0 {
+				if ch.TriggerTimes == nil {
+					ch.TriggerTimes = map[v1.IPFamily][]time.Time{}
+				}
+				ch.TriggerTimes[families[fam]] = append(ch.TriggerTimes[families[fam]], ts...)
+			}
+		}
 		ch.ServiceEvents += b.svcEvents
 		ch.EndpointEvents += b.endpointEvents
 	}

@@ -263,7 +263,7 @@ func TestTriggerTimesReported(t *testing.T) {
 	s.Annotations = map[string]string{annotationTriggerTime: "2026-11-30T10:00:00Z"}
 	c.OnEndpointSlice(nil, s)
 	snap, ch := c.Snapshot()
-	if len(ch.TriggerTimes) != 1 || ch.TriggerTimes[0].Hour() != 10 {
+	if tt := ch.TriggerTimes[v1.IPv4Protocol]; len(tt) != 1 || tt[0].Hour() != 10 || len(ch.TriggerTimes) != 1 {
 		t.Errorf("trigger times %v", ch.TriggerTimes)
 	}
 	c.Ack(snap)

@@ -70,9 +70,9 @@ type Changes struct {
 	// Node is true when the node's facts changed.
 	Node bool
 	// TriggerTimes are the endpoints.kubernetes.io/last-change-trigger-time
-	// values of the EndpointSlice changes included, for the network
-	// programming latency metric.
-	TriggerTimes []time.Time
+	// values of the EndpointSlice changes included, by the slices' address
+	// family, for the network programming latency metric.
+	TriggerTimes map[v1.IPFamily][]time.Time
 	// ServiceEvents and EndpointEvents count the object events coalesced into
 	// these changes.
 	ServiceEvents, EndpointEvents int

@@ -219,7 +219,7 @@ func (p *Planner) Plan(in Input) *Plan {
 			p.r.local = local
 			if !full {
 				return p.Plan(Input{View: in.View, Node: in.Node, LocalAddrs: in.LocalAddrs, Existing: in.Existing, Extra: in.Extra,
-					Changes: proxy.Changes{Full: true, Ports: in.Changes.Ports, TriggerTimes: in.Changes.TriggerTimes}})
+					Changes: proxy.Changes{Full: true, Ports: in.Changes.Ports}})
 			}
 		}
 	}
