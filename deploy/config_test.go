@@ -43,7 +43,7 @@ func TestProxyConfigFilesDecode(t *testing.T) {
 // the mode themselves.
 func startOptions(t *testing.T, r *rendered, ds *appsv1.DaemonSet, extra ...string) *config.Options {
 	t.Helper()
-	c := proxy(ds)
+	c := proxyContainer(ds)
 	cm, key, err := configSource(r, ds)
 	if err != nil {
 		t.Fatalf("DaemonSet %s: %v", ds.Name, err)
@@ -112,7 +112,7 @@ func TestDaemonSetStartsWithValidConfig(t *testing.T) {
 			kc := o.ClientConnection().Kubeconfig
 			if kc == "" {
 				t.Errorf("no kubeconfig: the in-cluster configuration needs the kubernetes Service, which the proxy itself programs")
-			} else if _, key, err := mountedKey(r, ds, proxy(ds), kc); err != nil {
+			} else if _, key, err := mountedKey(r, ds, proxyContainer(ds), kc); err != nil {
 				t.Errorf("kubeconfig: %v", err)
 			} else if key != kubeconfigName {
 				t.Errorf("kubeconfig %s is ConfigMap key %q, want %q", kc, key, kubeconfigName)
@@ -121,7 +121,7 @@ func TestDaemonSetStartsWithValidConfig(t *testing.T) {
 				t.Errorf("the service account token the kubeconfig uses is not mounted")
 			}
 			if tc.mode == config.ModeKernelspace {
-				if got, want := o.Winkernel().NetworkName, envValue(proxy(ds), "KUBE_NETWORK"); got == "" || got != want {
+				if got, want := o.Winkernel().NetworkName, envValue(proxyContainer(ds), "KUBE_NETWORK"); got == "" || got != want {
 					t.Errorf("HNS network %q, want KUBE_NETWORK's %q", got, want)
 				}
 			}

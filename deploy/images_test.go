@@ -81,7 +81,7 @@ func TestLinuxImage(t *testing.T) {
 		t.Errorf("builds with Go %q, go.mod says %s", d.goVersion, goMinor(t))
 	}
 	r := renderMain(t)
-	cmd := proxy(r.daemonSet(t, linuxDaemonSet)).Command
+	cmd := proxyContainer(r.daemonSet(t, linuxDaemonSet)).Command
 	if len(cmd) == 0 {
 		t.Fatal("the DaemonSet gives no command")
 	}
@@ -112,7 +112,7 @@ func TestWindowsImage(t *testing.T) {
 	}
 	r := renderMain(t)
 	ds := r.daemonSet(t, windowsDaemonSet)
-	c := proxy(ds)
+	c := proxyContainer(ds)
 	cmdline := strings.Join(c.Command, " ")
 	for _, tc := range []struct{ what, re string }{
 		{"the image holds start.ps1 where the DaemonSet runs it",

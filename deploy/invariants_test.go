@@ -13,11 +13,11 @@ import (
 
 // Names the deployment is built around.
 const (
-	linuxDaemonSet   = "kproxy"
-	windowsDaemonSet = "kproxy-windows"
-	proxyContainer   = "kproxy"
-	healthzPort      = 10256
-	nodeNameEnv      = "NODE_NAME"
+	linuxDaemonSet     = "kproxy"
+	windowsDaemonSet   = "kproxy-windows"
+	proxyContainerName = "kproxy"
+	healthzPort        = 10256
+	nodeNameEnv        = "NODE_NAME"
 )
 
 // invariant is one property a DaemonSet must have, with a way to break it
@@ -84,17 +84,17 @@ func commonInvariants(os string) []invariant {
 			}},
 		{"liveness on /livez",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				return httpProbe(proxy(ds).LivenessProbe, "/livez")
+				return httpProbe(proxyContainer(ds).LivenessProbe, "/livez")
 			},
-			func(ds *appsv1.DaemonSet) { proxy(ds).LivenessProbe.HTTPGet.Path = "/healthz" }},
+			func(ds *appsv1.DaemonSet) { proxyContainer(ds).LivenessProbe.HTTPGet.Path = "/healthz" }},
 		{"readiness on /healthz",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				return httpProbe(proxy(ds).ReadinessProbe, "/healthz")
+				return httpProbe(proxyContainer(ds).ReadinessProbe, "/healthz")
 			},
-			func(ds *appsv1.DaemonSet) { proxy(ds).ReadinessProbe.HTTPGet.Port = intstr.FromInt32(10249) }},
+			func(ds *appsv1.DaemonSet) { proxyContainer(ds).ReadinessProbe.HTTPGet.Port = intstr.FromInt32(10249) }},
 		{"node name from the downward API",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				c := proxy(ds)
+				c := proxyContainer(ds)
 				if v, _ := flagValue(c, "hostname-override"); v != "$("+nodeNameEnv+")" {
 					return fmt.Errorf("--hostname-override=%q, want $(%s)", v, nodeNameEnv)
 				}
@@ -105,7 +105,7 @@ func commonInvariants(os string) []invariant {
 				}
 				return fmt.Errorf("no %s environment variable from fieldRef spec.nodeName", nodeNameEnv)
 			},
-			func(ds *appsv1.DaemonSet) { proxy(ds).Env[0].ValueFrom.FieldRef.FieldPath = "metadata.name" }},
+			func(ds *appsv1.DaemonSet) { proxyContainer(ds).Env[0].ValueFrom.FieldRef.FieldPath = "metadata.name" }},
 		{"config from the ConfigMap",
 			func(r *rendered, ds *appsv1.DaemonSet) error {
 				_, key, err := configSource(r, ds)
@@ -138,10 +138,10 @@ func linuxInvariants() []invariant {
 	return append(commonInvariants("linux"),
 		invariant{"privileged",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				sc := proxy(ds).SecurityContext
+				sc := proxyContainer(ds).SecurityContext
 				return want(sc != nil && sc.Privileged != nil && *sc.Privileged, "not privileged")
 			},
-			func(ds *appsv1.DaemonSet) { *proxy(ds).SecurityContext.Privileged = false }},
+			func(ds *appsv1.DaemonSet) { *proxyContainer(ds).SecurityContext.Privileged = false }},
 		invariant{"xtables lock shared with the host",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				return hostPathMount(ds, "/run/xtables.lock", v1.HostPathFileOrCreate, false)
@@ -152,7 +152,7 @@ func linuxInvariants() []invariant {
 				return hostPathMount(ds, "/lib/modules", "", true)
 			},
 			func(ds *appsv1.DaemonSet) {
-				c := proxy(ds)
+				c := proxyContainer(ds)
 				for i := range c.VolumeMounts {
 					c.VolumeMounts[i].ReadOnly = false
 				}
@@ -180,16 +180,16 @@ func windowsInvariants() []invariant {
 			}},
 		invariant{"kernelspace mode",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				v, _ := flagValue(proxy(ds), "proxy-mode")
+				v, _ := flagValue(proxyContainer(ds), "proxy-mode")
 				return want(v == "kernelspace", "--proxy-mode=%q", v)
 			},
-			func(ds *appsv1.DaemonSet) { setFlag(proxy(ds), "proxy-mode", "iptables") }},
+			func(ds *appsv1.DaemonSet) { setFlag(proxyContainer(ds), "proxy-mode", "iptables") }},
 		invariant{"HNS network from KUBE_NETWORK",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				return want(envValue(proxy(ds), "KUBE_NETWORK") != "", "no KUBE_NETWORK value")
+				return want(envValue(proxyContainer(ds), "KUBE_NETWORK") != "", "no KUBE_NETWORK value")
 			},
 			func(ds *appsv1.DaemonSet) {
-				c := proxy(ds)
+				c := proxyContainer(ds)
 				for i := range c.Env {
 					if c.Env[i].Name == "KUBE_NETWORK" {
 						c.Env[i].Value = ""
@@ -286,10 +286,10 @@ func want(ok bool, format string, args ...any) error {
 
 // proxy returns the kproxy container (a zero one if missing, which fails
 // every check that looks at it).
-func proxy(ds *appsv1.DaemonSet) *v1.Container {
+func proxyContainer(ds *appsv1.DaemonSet) *v1.Container {
 	cs := ds.Spec.Template.Spec.Containers
 	for i := range cs {
-		if cs[i].Name == proxyContainer {
+		if cs[i].Name == proxyContainerName {
 			return &cs[i]
 		}
 	}
@@ -358,7 +358,7 @@ func volumeWithHostPath(ds *appsv1.DaemonSet, p string) *v1.Volume {
 // hostPathMount checks that the kproxy container mounts host path p at the
 // same path, with the given hostPath type ("" for none) and read-only flag.
 func hostPathMount(ds *appsv1.DaemonSet, p string, typ v1.HostPathType, readOnly bool) error {
-	return hostPathMountOf(&ds.Spec.Template.Spec, proxy(ds), p, typ, readOnly)
+	return hostPathMountOf(&ds.Spec.Template.Spec, proxyContainer(ds), p, typ, readOnly)
 }
 
 func hostPathMountOf(spec *v1.PodSpec, c *v1.Container, p string, typ v1.HostPathType, readOnly bool) error {
@@ -387,7 +387,7 @@ func hostPathMountOf(spec *v1.PodSpec, c *v1.Container, p string, typ v1.HostPat
 
 // configSource follows --config to the ConfigMap key it is mounted from.
 func configSource(r *rendered, ds *appsv1.DaemonSet) (cm *v1.ConfigMap, key string, err error) {
-	c := proxy(ds)
+	c := proxyContainer(ds)
 	file, ok := flagValue(c, "config")
 	if !ok {
 		return nil, "", fmt.Errorf("no --config flag")

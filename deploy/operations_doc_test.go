@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -34,13 +33,14 @@ const (
 	todoNote    = "TODO: describe"
 )
 
-// TestOperationsDoc keeps the flag and configuration tables of
-// docs/operations.md equal to kproxy's flag set and configuration type: a
-// flag or field the guide does not cover fails the test. The flag table is
-// generated whole (descriptions are the flags' help); in the configuration
-// table the last column (what kproxy does with the field) is written in the
-// guide and kept by -update, and a new field gets a TODO that fails the test
-// until someone describes it.
+// TestOperationsDoc keeps the flag, configuration and metric tables of
+// docs/operations.md equal to kproxy's flag set, configuration type and
+// metrics registry: a flag, field or metric the guide does not cover fails
+// the test. The flag table is generated whole (descriptions are the flags'
+// help). In the configuration and metric tables the last column (what
+// kproxy does with the field, what the metric means) is written in the
+// guide and kept by -update; a new row gets a TODO that fails the test until
+// someone describes it.
 func TestOperationsDoc(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the guide shows the defaults of Linux nodes")
@@ -53,16 +53,19 @@ func TestOperationsDoc(t *testing.T) {
 	fields := configFields()
 	flagFields := probeFlagFields(t)
 
-	notes, err := fieldNotes(doc)
-	if err != nil {
-		t.Fatal(err)
+	notes := map[string]map[string]string{}
+	for _, name := range []string{"config", "metrics"} {
+		if notes[name], err = blockNotes(doc, name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	blocks := map[string]string{
-		"flags":  flagTable(t, flagFields),
-		"config": configTable(t, fields, flagFields, notes),
+		"flags":   flagTable(t, flagFields),
+		"config":  configTable(t, fields, flagFields, notes["config"]),
+		"metrics": metricsTable(t, notes["metrics"]),
 	}
 	got := doc
-	for _, name := range []string{"flags", "config"} {
+	for _, name := range []string{"flags", "config", "metrics"} {
 		got, err = replaceBlock(got, name, blocks[name])
 		if err != nil {
 			t.Fatal(err)
@@ -75,16 +78,23 @@ func TestOperationsDoc(t *testing.T) {
 			}
 		}
 	} else if got != doc {
-		t.Errorf("%s: the flag or configuration tables are out of date; run go test ./deploy -run TestOperationsDoc -update and review the diff", operationsDoc)
+		t.Errorf("%s: the generated tables are out of date; run go test ./deploy -run TestOperationsDoc -update and review the diff", operationsDoc)
 	}
-	for _, f := range fields {
-		if n := notes[f]; n == "" || strings.Contains(n, todoNote) {
-			t.Errorf("%s: configuration field %s is not described", operationsDoc, f)
+
+	rows := map[string][]string{"config": fields}
+	for _, r := range servedMetrics(t) {
+		rows["metrics"] = append(rows["metrics"], r.name)
+	}
+	for _, name := range []string{"config", "metrics"} {
+		for _, key := range rows[name] {
+			if n := notes[name][key]; n == "" || strings.Contains(n, todoNote) {
+				t.Errorf("%s: %s %s is not described", operationsDoc, name, key)
+			}
 		}
-	}
-	for f := range notes {
-		if !slicesContains(fields, f) {
-			t.Errorf("%s describes configuration field %s, which does not exist", operationsDoc, f)
+		for key := range notes[name] {
+			if !slicesContains(rows[name], key) {
+				t.Errorf("%s describes %s %s, which does not exist", operationsDoc, name, key)
+			}
 		}
 	}
 }
@@ -335,22 +345,42 @@ func configTable(t *testing.T, fields []string, flagFields, notes map[string]str
 	return b.String()
 }
 
-var noteRow = regexp.MustCompile("^\\| `([^`]+)` \\| [^|]* \\| [^|]* \\| (.*) \\|$")
-
-// fieldNotes reads the last column of the configuration table in doc.
-func fieldNotes(doc string) (map[string]string, error) {
-	begin, end := fmt.Sprintf(beginMarker, "config"), fmt.Sprintf(endMarker, "config")
+// blockNotes reads the last column of the table in the generated block
+// name, by the first column's value.
+func blockNotes(doc, name string) (map[string]string, error) {
+	begin, end := fmt.Sprintf(beginMarker, name), fmt.Sprintf(endMarker, name)
 	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i < 0 || j < i {
-		return nil, fmt.Errorf("%s: no configuration table block", operationsDoc)
+		return nil, fmt.Errorf("%s: no %q ... %q block", operationsDoc, begin, end)
 	}
 	notes := map[string]string{}
 	for _, l := range strings.Split(doc[i+len(begin):j], "\n") {
-		if m := noteRow.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
-			notes[m[1]] = m[2]
+		cells := splitRow(l)
+		if len(cells) < 2 || !strings.HasPrefix(cells[0], "`") {
+			continue // header, separator
 		}
+		notes[strings.Trim(cells[0], "`")] = cells[len(cells)-1]
 	}
 	return notes, nil
+}
+
+// splitRow splits a Markdown table row into its cells ("\|" is no border).
+func splitRow(line string) []string {
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, "| ") || !strings.HasSuffix(line, " |") {
+		return nil
+	}
+	line = line[2 : len(line)-2]
+	var cells []string
+	start := 0
+	for k := 0; k+2 < len(line); k++ {
+		if line[k] == ' ' && line[k+1] == '|' && line[k+2] == ' ' && (k == 0 || line[k-1] != '\\') {
+			cells = append(cells, line[start:k])
+			start = k + 3
+			k += 2
+		}
+	}
+	return append(cells, line[start:])
 }
 
 // cell makes text fit in a Markdown table cell.
