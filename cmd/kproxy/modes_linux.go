@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -25,6 +26,7 @@ func addPlatformModes(m app.Modes) {
 // without IPv6 gets an IPv4-only proxy, and says so).
 func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (app.Backends, error) {
 	log := klog.FromContext(ctx)
+	tuneNode(log, o)
 	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
@@ -84,4 +86,28 @@ func dryRunHost() linux.Host {
 		return sys.Host
 	}
 	return &linux.FakeHost{}
+}
+
+// tuneNode applies, once at start, the process and kernel settings kube-proxy
+// applies: kproxy's OOM score and the conntrack sysctls. Failures are
+// logged, never fatal (a read-only /proc/sys, or nf_conntrack_max outside
+// the host's network namespace).
+func tuneNode(log klog.Logger, o *config.Options) {
+	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
+		log.Info("Warning: could not set the OOM score adjustment", "err", err)
+	}
+	ct := o.Conntrack()
+	s := linux.ConntrackSettings{
+		Max:                   ct.Max(runtime.NumCPU()),
+		TCPEstablishedTimeout: ct.TCPEstablishedTimeout,
+		TCPCloseWaitTimeout:   ct.TCPCloseWaitTimeout,
+		TCPBeLiberal:          ct.TCPBeLiberal,
+		UDPTimeout:            ct.UDPTimeout,
+		UDPStreamTimeout:      ct.UDPStreamTimeout,
+	}
+	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+		log.Info("Warning: some conntrack settings were not applied", "err", err)
+	} else if len(s.Sysctls()) > 0 {
+		log.V(2).Info("Conntrack settings applied", "sysctls", s.Sysctls())
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -574,4 +575,36 @@ func TestKernelDetectFlavour(t *testing.T) {
 			t.Errorf("with kubelet's hint in legacy: %q, %v; want legacy", f, err)
 		}
 	})
+}
+
+// TestKernelTuneConntrack sets conntrack sysctls inside a throwaway network
+// namespace: the per-namespace timeouts are written, nf_conntrack_max (which
+// only the initial namespace may change) fails without stopping the others,
+// and the global hash table size is left alone.
+func TestKernelTuneConntrack(t *testing.T) {
+	hashBefore, _ := os.ReadFile(hashsizePath)
+	inNetns(t, func() {
+		sys, err := NewSystem(v1.IPv4Protocol, FlavourAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_max")
+		if err != nil {
+			t.Skipf("no conntrack sysctls here: %v", err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(cur)))
+		err = TuneConntrack(sys.Host, ConntrackSettings{Max: n + 1, UDPTimeout: 17 * time.Second, TCPCloseWaitTimeout: 1234 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), "nf_conntrack_max") {
+			t.Errorf("err = %v, want a failure to set nf_conntrack_max outside the initial namespace", err)
+		}
+		for name, want := range map[string]string{"nf_conntrack_udp_timeout": "17", "nf_conntrack_tcp_timeout_close_wait": "1234"} {
+			got, _ := os.ReadFile("/proc/sys/net/netfilter/" + name)
+			if strings.TrimSpace(string(got)) != want {
+				t.Errorf("%s = %q, want %s", name, got, want)
+			}
+		}
+	})
+	if hashAfter, _ := os.ReadFile(hashsizePath); string(hashAfter) != string(hashBefore) {
+		t.Errorf("the global conntrack hash size changed: %q → %q", hashBefore, hashAfter)
+	}
 }

@@ -294,3 +294,7 @@ func (procHost) SetSysctl(name, value string) error {
 	}
 	return nil
 }
+
+// ProcHost returns the host seam of the calling thread's network namespace:
+// addresses over netlink, sysctls under /proc/sys.
+func ProcHost() Host { return procHost{} }

@@ -32,3 +32,6 @@ func DetectFlavour(context.Context, v1.IPFamily) (Flavour, error) { return "", e
 
 // HasRandomFully reports whether MASQUERADE --random-fully is supported.
 func HasRandomFully(Iptables) bool { return true }
+
+// ProcHost returns the host seam (Linux only: elsewhere one that fails).
+func ProcHost() Host { return &FakeHost{AddrErr: errNotLinux} }
