@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
 
 // dispatch tables.
@@ -162,33 +163,7 @@ func portMatch(proto string, port int32) string {
 	return "-p " + proto + " -m " + proto + " --dport " + strconv.Itoa(int(port))
 }
 
-func commentOf(n proxy.ServicePortName) string { return saveString(n.String()) }
-
-// saveString spells a string option the way iptables-save prints it: bare
-// when it is only letters, digits, '_' and '-', else in double quotes with
-// '"', '\\' and '\” escaped by a backslash.
-func saveString(s string) string {
-	bare := s != ""
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			bare = false
-			break
-		}
-	}
-	if bare {
-		return s
-	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, c := range s {
-		if c == '"' || c == '\\' || c == '\'' {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	b.WriteByte('"')
-	return b.String()
-}
+func commentOf(n proxy.ServicePortName) string { return ruleset.SaveString(n.String()) }
 
 // problem describes input that was skipped.
 func problem(sp *proxy.ServicePort, field, format string, args ...any) string {
