@@ -28,7 +28,8 @@ type Proxy struct {
 	Binary string
 	// Host is where kproxy runs (the topology's proxy node by default).
 	Host string
-	// ManifestDir is passed as --manifests.
+	// ManifestDir is passed as --manifests. Leave it empty to have kproxy
+	// watch an API server instead (pass --kubeconfig in Extra).
 	ManifestDir string
 	// LogDir receives one log file per run ("kproxy-<n>.log"), if set.
 	LogDir string
@@ -48,14 +49,17 @@ func (p *Proxy) Argv() []string {
 	if host == "" {
 		host = t.ProxyNode
 	}
-	args := []string{
-		"--manifests", p.ManifestDir,
+	var args []string
+	if p.ManifestDir != "" {
+		args = append(args, "--manifests", p.ManifestDir)
+	}
+	args = append(args,
 		"--hostname-override", host,
 		"--proxy-mode", "iptables",
 		// Never touch the machine-wide conntrack table size from a test.
 		"--conntrack-max-per-core", "0",
 		"-v", "2",
-	}
+	)
 	if p.Config.ClusterCIDR {
 		var cidrs []string
 		for _, c := range t.ClusterCIDRs() {
