@@ -58,3 +58,32 @@ test: test-windows
 test-windows:
 	./platform/windows/wine/setup.sh
 	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
+
+# controlplane: etcd and kube-apiserver built from Go modules into
+# .build/controlplane/<versions>/ (many minutes cold; seconds once cached).
+# The integration tests and bench-cluster run them; building them here
+# first keeps a cold build out of the tests' deadline.
+.PHONY: controlplane test-integration bench-cluster
+controlplane:
+	$(GO) run ./pkg/testing/controlplane/build
+
+# test-integration: kproxy as a process in node1 of a namespace topology,
+# against that kube-apiserver and etcd in a "control-plane" namespace on the
+# node network, authorized only by deploy/'s RBAC: Services and
+# EndpointSlices through the API reach the kernel, a 60 s API-server outage,
+# a new cluster behind the same address, node deletion and /healthz,
+# objects kproxy cannot fully use. Root; skips without it, fails under CI=true.
+test: test-integration
+
+test-integration: controlplane
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./platform/linux/integration/
+
+# bench-cluster: BENCH_SERVICES Services × 10 endpoints loaded through the
+# API, then kproxy's start-to-programmed time, one endpoint change, RSS and
+# rules on each of BENCH_FLAVOURS (root; docs/benchmarks.md has the results).
+# Example: make bench-cluster BENCH_SERVICES=5000 BENCH_FLAVOURS=nft
+BENCH_SERVICES ?= 1000,5000,10000
+BENCH_FLAVOURS ?= legacy,nft
+bench-cluster: controlplane
+	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
+		./platform/linux/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS)

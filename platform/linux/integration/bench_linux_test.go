@@ -1,0 +1,460 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/pkg/testing/controlplane"
+	"github.com/kproxy/kproxy/platform/linux/netns"
+	"github.com/kproxy/kproxy/platform/linux/netns/echo"
+)
+
+var (
+	benchServices  = flag.String("cluster-bench-services", "1000", "comma-separated Service counts for BenchmarkCluster")
+	benchFlavours  = flag.String("cluster-bench-flavours", "legacy,nft", "iptables flavours for BenchmarkCluster (at most two: the first runs kproxy on node1, the second on node2)")
+	benchEndpoints = flag.Int("cluster-bench-endpoints", 10, "endpoints per Service for BenchmarkCluster")
+	benchWriters   = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
+)
+
+// benchVerbosity is kproxy's -v in the benchmark (2 logs every sync).
+var benchVerbosity = "1"
+
+// benchNamespace holds the loaded Services; the probe Service is in default.
+const benchNamespace = "bench"
+
+// BenchmarkCluster measures kproxy against the real control plane, the way
+// upstream kube-proxy's numbers in docs/benchmarks.md were taken. For each
+// size (-cluster-bench-services) it loads N ClusterIP Services (one TCP
+// port) with E endpoints each (-cluster-bench-endpoints) through the API,
+// with parallel writers, plus one probe Service whose endpoint is a real
+// pod; then, for each iptables flavour (-cluster-bench-flavours; the first
+// on node1, the second on node2, both fresh namespaces seeded with a host
+// firewall in that flavour), it starts kproxy and measures:
+//
+//   - start→programmed: from starting the process until the end of the
+//     first sync that put every Service in the kernel (kproxy's own
+//     kubeproxy_sync_proxy_rules_last_timestamp_seconds, checked against
+//     iptables-save);
+//   - change (kernel): one endpoint of one loaded Service replaced, as the
+//     network programming latency sample it produces (trigger time to the
+//     end of the sync that wrote it);
+//   - change (traffic): the probe Service's endpoint moved to another pod,
+//     from the write until a new connection reaches the new pod;
+//   - RSS after programming and at the end, and the peak (VmHWM);
+//   - the rules and chains kproxy owns in the IPv4 nat and filter tables.
+//
+// Run it with make bench-cluster (as root). Each flavour logs one Markdown
+// row: Services | flavour | start→programmed (and the first full sync's
+// own duration) | change (kernel) | change (traffic) | RSS programmed / RSS
+// at the end / peak | rules / chains | API load time | load average at
+// kproxy's start → at its end.
+func BenchmarkCluster(b *testing.B) {
+	var sizes []int
+	for _, s := range strings.Split(*benchServices, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			b.Fatalf("-cluster-bench-services: bad size %q", s)
+		}
+		sizes = append(sizes, n)
+	}
+	flavours := strings.Split(*benchFlavours, ",")
+	if len(flavours) > 2 {
+		b.Fatalf("-cluster-bench-flavours: at most two (one per node), got %v", flavours)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			bins := requireBench(b, flavours)
+			c := netns.New(b, netns.Options{EchoBinary: echoBin})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+			defer cancel()
+			ie, err := Start(ctx, Options{Cluster: c, Binaries: bins, QPS: 5000, Burst: 5000, Logf: b.Logf})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				if err := ie.Close(); err != nil {
+					b.Errorf("stopping the control plane: %v", err)
+				}
+			})
+			w := &benchWorld{b: b, Env: ie, n: n, eps: *benchEndpoints}
+			w.load(ctx)
+			for i, flav := range flavours {
+				host := c.Topology.Nodes[i].Name
+				b.Run(flav, func(b *testing.B) {
+					w.b = b
+					w.measure(ctx, host, strings.TrimSpace(flav))
+				})
+			}
+		})
+	}
+}
+
+// requireBench is requireIntegration for the flavours benchmarked.
+func requireBench(b *testing.B, flavours []string) controlplane.Binaries {
+	b.Helper()
+	var tools []string
+	for _, f := range flavours {
+		f = strings.TrimSpace(f)
+		if f != "legacy" && f != "nft" {
+			b.Fatalf("-cluster-bench-flavours: %q is neither legacy nor nft", f)
+		}
+		tools = append(tools, "iptables-"+f, "ip6tables-"+f, "iptables-"+f+"-save")
+	}
+	netns.Require(b, tools...)
+	if kproxyBuildErr != nil {
+		skipOrFail(b, fmt.Sprintf("building kproxy: %v", kproxyBuildErr))
+	}
+	return controlPlaneBinaries(b)
+}
+
+// benchWorld is one size's loaded cluster.
+type benchWorld struct {
+	b *testing.B
+	*Env
+	n, eps int
+	probe  *v1.Service
+	// loadTook is how long loading the Services and slices took.
+	loadTook time.Duration
+	// changed counts the endpoint changes made, for fresh addresses.
+	changed int
+}
+
+// benchEndpoint is the address of endpoint k (10.128.0.0/9, as the backend's
+// kernel benchmark uses; nothing answers there).
+func benchEndpoint(k int) string {
+	return netip.AddrFrom4([4]byte{10, byte(128 + k>>16), byte(k >> 8), byte(k)}).String()
+}
+
+func benchService(i int) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%05d", i), Namespace: benchNamespace},
+		Spec: v1.ServiceSpec{
+			Type:     v1.ServiceTypeClusterIP,
+			Selector: map[string]string{"app": fmt.Sprintf("svc-%05d", i)},
+			Ports:    []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+}
+
+// benchSlice is Service i's IPv4 slice with eps endpoints starting at
+// address index first.
+func benchSlice(svc *v1.Service, first, eps int) *discovery.EndpointSlice {
+	name, proto, port := "http", v1.ProtocolTCP, int32(8080)
+	ready := true
+	s := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: svc.Name + "-ipv4", Namespace: svc.Namespace},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
+	}
+	for k := first; k < first+eps; k++ {
+		node := "node-elsewhere" // remote on every node kproxy runs on
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{
+			Addresses:  []string{benchEndpoint(k)},
+			Conditions: discovery.EndpointConditions{Ready: &ready},
+			NodeName:   &node,
+		})
+	}
+	return s
+}
+
+// load creates the namespace, the N Services and their slices with
+// parallel writers, and the probe Service.
+func (w *benchWorld) load(ctx context.Context) {
+	b := w.b
+	if _, err := w.Admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	begin := time.Now()
+	load0 := loadAvg()
+	var next atomic.Int64
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range *benchWriters {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= w.n || ctx.Err() != nil {
+					return
+				}
+				svc, err := w.Admin.CoreV1().Services(benchNamespace).Create(ctx, benchService(i), metav1.CreateOptions{})
+				if err == nil {
+					slice := benchSlice(svc, i*w.eps, w.eps)
+					AsController(svc, time.Now(), slice)
+					_, err = w.Admin.DiscoveryV1().EndpointSlices(benchNamespace).Create(ctx, slice, metav1.CreateOptions{})
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("service %d: %w", i, err))
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(begin)
+	w.loadTook = took
+	probe, err := w.Writer.CreateService(ctx, w.Cluster.Topology.Service("probe", 98))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.probe = probe
+	b.Logf("loaded %d Services × %d endpoints (%d objects) through the API in %v (%.0f objects/s, %d writers; load average %s → %s)",
+		w.n, w.eps, 2*w.n, took.Round(100*time.Millisecond), float64(2*w.n)/took.Seconds(), *benchWriters, load0, loadAvg())
+	b.ReportMetric(took.Seconds(), "load-s")
+}
+
+// measure runs kproxy on host with one flavour and reports its numbers.
+func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
+	b := w.b
+	c := w.Cluster
+	// The probe Service's endpoint moves between two pods of kproxy's node
+	// (the other node's host firewall, seeded for the other flavour, drops
+	// forwarded traffic kproxy did not DNAT there).
+	pods := c.Topology.PodsOn(host)
+	client := pods[len(pods)-1].Name // client-1 / client-2
+	near, far := pods[0].Name, pods[1].Name
+	if _, err := w.Writer.SetEndpoints(ctx, w.probe, proxytest.Ready(near)...); err != nil {
+		b.Fatal(err)
+	}
+	if err := SeedFlavour(ctx, c, host, flavour); err != nil {
+		b.Fatal(err)
+	}
+	logDir := os.Getenv(LogDirEnv)
+	if logDir == "" {
+		logDir = b.TempDir()
+	}
+	p := w.Proxy(kproxyBin, host, logDir, "--cluster-cidr", c.Topology.ClusterCIDR4.String()+","+c.Topology.ClusterCIDR6.String(), "-v", benchVerbosity)
+	load0 := loadAvg()
+	begin := time.Now()
+	if err := p.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = p.Stop(30 * time.Second) })
+	pid := p.Process().Pid()
+
+	// Start → programmed: wait for a sync after which iptables-save holds
+	// every Service; its end is kproxy's last-sync timestamp.
+	var programmed time.Time
+	var rules, chains int
+	deadline := time.Now().Add(30 * time.Minute)
+	for programmed.IsZero() {
+		if time.Now().After(deadline) {
+			b.Fatalf("kproxy did not program %d Services within 30 minutes", w.n)
+		}
+		if !p.Running() {
+			b.Fatalf("kproxy exited: %v\n%s", p.Process().Err(), lastLines(p.Process().Output(), 30))
+		}
+		time.Sleep(200 * time.Millisecond)
+		m, err := w.Scrape(ctx, host)
+		if err != nil {
+			continue // not serving yet
+		}
+		ts, ok := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv4")
+		if !ok || ts == 0 {
+			continue
+		}
+		nat, err := Save(ctx, c, host, v1.IPv4Protocol, flavour, "nat")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := countServices(nat); got < w.n {
+			b.Logf("a sync programmed %d of %d Services; waiting", got, w.n)
+			continue
+		}
+		// Take the end of the sync that covered both families.
+		ts6, _ := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv6")
+		programmed = time.Unix(0, int64(max(ts, ts6)*1e9))
+		filter, err := Save(ctx, c, host, v1.IPv4Protocol, flavour, "filter")
+		if err != nil {
+			b.Fatal(err)
+		}
+		rules, chains = countOwned(nat + filter)
+	}
+	startTook := programmed.Sub(begin)
+	memProgrammed, err := ProcMemory(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, _ := w.Scrape(ctx, host)
+	_, firstSync := m.Histogram("kubeproxy_sync_full_proxy_rules_duration_seconds", "ip_family", "IPv4")
+
+	// The probe Service answers from the pod next to kproxy.
+	w.awaitProbe(ctx, client, near, 30*time.Second)
+
+	// One endpoint of a loaded Service replaced: its programming latency.
+	quiet(b, 2*time.Second)
+	kernelChange := w.changeOneEndpoint(ctx, host)
+
+	// The probe Service's endpoint moved: until traffic follows.
+	quiet(b, 2*time.Second)
+	t0 := time.Now()
+	if _, err := w.Writer.SetEndpoints(ctx, w.probe, proxytest.Ready(far)...); err != nil {
+		b.Fatal(err)
+	}
+	w.awaitProbe(ctx, client, far, 5*time.Minute)
+	trafficChange := time.Since(t0)
+
+	memEnd, err := ProcMemory(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	load1 := loadAvg()
+	if err := p.Stop(30 * time.Second); err != nil {
+		b.Errorf("stopping kproxy: %v", err)
+	}
+
+	b.ReportMetric(startTook.Seconds(), "start-s")
+	b.ReportMetric(float64(kernelChange.Microseconds())/1000, "change-ms")
+	b.ReportMetric(float64(trafficChange.Microseconds())/1000, "traffic-ms")
+	b.ReportMetric(float64(memEnd.HWM)/(1<<20), "peak-MiB")
+	b.ReportMetric(float64(rules), "rules")
+	b.Logf("| %s | %s | %s (first full sync %s) | %s | %s | %s / %s / %s MiB | %d / %d | %s | %s → %s |",
+		fmtCount(w.n), flavour, round(startTook), round(time.Duration(firstSync*float64(time.Second))),
+		round(kernelChange), round(trafficChange),
+		MiB(memProgrammed.RSS), MiB(memEnd.RSS), MiB(memEnd.HWM), rules, chains,
+		round(w.loadTook), load0, load1)
+}
+
+// changeOneEndpoint replaces one endpoint of the middle Service with a
+// fresh address and returns the network programming latency kproxy
+// recorded for it.
+func (w *benchWorld) changeOneEndpoint(ctx context.Context, host string) time.Duration {
+	b := w.b
+	before, err := w.Scrape(ctx, host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c0, s0 := before.Histogram(programmingLatency)
+	i := w.n / 2
+	svc, err := w.Admin.CoreV1().Services(benchNamespace).Get(ctx, benchService(i).Name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	slice := benchSlice(svc, i*w.eps, w.eps)
+	w.changed++
+	fresh := benchEndpoint(w.n*w.eps + w.changed) // never used before
+	slice.Endpoints[0].Addresses = []string{fresh}
+	AsController(svc, time.Now(), slice)
+	if err := w.Writer.ApplySlices(ctx, slice); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		m, err := w.Scrape(ctx, host)
+		if err == nil {
+			if c1, s1 := m.Histogram(programmingLatency); c1 > c0 {
+				return time.Duration((s1 - s0) / (c1 - c0) * float64(time.Second))
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no network programming latency sample within 5 minutes of the change")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitProbe makes new connections from client to the probe Service until
+// one is answered by want, and returns how long that took.
+func (w *benchWorld) awaitProbe(ctx context.Context, client, want string, limit time.Duration) time.Duration {
+	begin := time.Now()
+	addr := clusterIP(w.probe, v1.IPv4Protocol)
+	var last echo.Result
+	for time.Since(begin) < limit {
+		last = w.Cluster.Probe(ctx, client, "tcp", addr, echo.ProbeOptions{Timeout: 200 * time.Millisecond})
+		if last.Outcome == echo.Answer && last.Reply.Name == want {
+			return time.Since(begin)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	w.b.Fatalf("probe Service %s never answered from %s within %v: last %v", addr, want, limit, last)
+	return 0
+}
+
+// quiet waits so that the next change is not paced by kproxy's
+// minSyncPeriod (1 s) after the previous sync.
+func quiet(b *testing.B, d time.Duration) {
+	b.Helper()
+	time.Sleep(d)
+}
+
+var (
+	benchComment = regexp.MustCompile(`--comment "?` + benchNamespace + `/(svc-\d+):`)
+	ownedRule    = regexp.MustCompile(`(?m)^-A KPROXY-`)
+	ownedJump    = regexp.MustCompile(`(?m)^-A [A-Z]+ .*-j KPROXY-`)
+	ownedChain   = regexp.MustCompile(`(?m)^:KPROXY-`)
+)
+
+// countServices counts the distinct loaded Services named in rule comments.
+func countServices(save string) int {
+	seen := map[string]bool{}
+	for _, m := range benchComment.FindAllStringSubmatch(save, -1) {
+		seen[m[1]] = true
+	}
+	return len(seen)
+}
+
+// countOwned counts kproxy's rules (in its chains, plus its jumps from
+// built-in chains) and chains in iptables-save output.
+func countOwned(save string) (rules, chains int) {
+	rules = len(ownedRule.FindAllStringIndex(save, -1))
+	for _, l := range ownedJump.FindAllString(save, -1) {
+		if !strings.HasPrefix(l, "-A KPROXY-") {
+			rules++
+		}
+	}
+	return rules, len(ownedChain.FindAllStringIndex(save, -1))
+}
+
+// loadAvg returns the 1-minute load average.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	default:
+		return d.Round(100 * time.Microsecond).String()
+	}
+}
+
+func fmtCount(n int) string {
+	s := strconv.Itoa(n)
+	if len(s) > 3 {
+		s = s[:len(s)-3] + "," + s[len(s)-3:]
+	}
+	return s
+}
