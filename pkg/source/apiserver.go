@@ -43,14 +43,15 @@ func apiServerLW(client kubernetes.Interface) lwFactory {
 			list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }
 			wtch = c.Watch
 		}
+		rc := newReconnector(k.String())
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				tweak(&o)
-				return list(ctx, o)
+				return rc.list(ctx, func() (runtime.Object, error) { return list(ctx, o) })
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				tweak(&o)
-				return wtch(ctx, o)
+				return rc.watch(ctx, o, func() (watch.Interface, error) { return wtch(ctx, o) })
 			},
 		}
 		// Real clients stream the initial list through a watch; fake
