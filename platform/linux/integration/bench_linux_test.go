@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,17 +55,17 @@ const benchNamespace = "bench"
 //     iptables-save);
 //   - change (kernel): one endpoint of one loaded Service replaced, as the
 //     network programming latency sample it produces (trigger time to the
-//     end of the sync that wrote it);
+//     end of the sync that wrote it); median of 5, each once kproxy is idle;
 //   - change (traffic): the probe Service's endpoint moved to another pod,
-//     from the write until a new connection reaches the new pod;
-//   - RSS after programming and at the end, and the peak (VmHWM);
+//     from the write until a new connection reaches the new pod; median of 3;
+//   - RSS after programming and at the end, the peak (VmHWM), the Go heap
+//     in use and the live heap after the last collection (gctrace);
 //   - the rules and chains kproxy owns in the IPv4 nat and filter tables.
 //
 // Run it with make bench-cluster (as root). Each flavour logs one Markdown
-// row: Services | flavour | start→programmed (and the first full sync's
-// own duration) | change (kernel) | change (traffic) | RSS programmed / RSS
-// at the end / peak | rules / chains | API load time | load average at
-// kproxy's start → at its end.
+// row: Services | flavour | start→programmed (first full sync) | change
+// (kernel) | change (traffic) | RSS programmed / end / peak (heap) | rules /
+// chains | API load time | load average at kproxy's start → at its end.
 func BenchmarkCluster(b *testing.B) {
 	var sizes []int
 	for _, s := range strings.Split(*benchServices, ",") {
@@ -246,6 +247,9 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		logDir = b.TempDir()
 	}
 	p := w.Proxy(kproxyBin, host, logDir, "--cluster-cidr", c.Topology.ClusterCIDR4.String()+","+c.Topology.ClusterCIDR6.String(), "-v", benchVerbosity)
+	// kproxy inherits the environment: gctrace=1 makes its runtime print
+	// the live heap after every collection (read back below).
+	b.Setenv("GODEBUG", "gctrace=1")
 	load0 := loadAvg()
 	begin := time.Now()
 	if err := p.Start(); err != nil {
@@ -303,38 +307,93 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	// The probe Service answers from the pod next to kproxy.
 	w.awaitProbe(ctx, client, near, 30*time.Second)
 
-	// One endpoint of a loaded Service replaced: its programming latency.
-	quiet(b, 2*time.Second)
-	kernelChange := w.changeOneEndpoint(ctx, host)
-
-	// The probe Service's endpoint moved: until traffic follows.
-	quiet(b, 2*time.Second)
-	t0 := time.Now()
-	if _, err := w.Writer.SetEndpoints(ctx, w.probe, proxytest.Ready(far)...); err != nil {
-		b.Fatal(err)
+	// Changes, each once kproxy is idle (no pending change, no sync for a
+	// while, so neither a sync in progress nor minSyncPeriod delays them):
+	// one endpoint of a loaded Service replaced, as the programming latency
+	// kproxy records; then the probe Service's endpoint moved, until a new
+	// connection reaches the new pod.
+	const kernelRuns, trafficRuns = 5, 3
+	var kernel, traffic []time.Duration
+	for range kernelRuns {
+		w.awaitIdle(ctx, host)
+		kernel = append(kernel, w.changeOneEndpoint(ctx, host))
 	}
-	w.awaitProbe(ctx, client, far, 5*time.Minute)
-	trafficChange := time.Since(t0)
+	targets := []string{far, near}
+	for i := range trafficRuns {
+		w.awaitIdle(ctx, host)
+		t0 := time.Now()
+		if _, err := w.Writer.SetEndpoints(ctx, w.probe, proxytest.Ready(targets[i%2])...); err != nil {
+			b.Fatal(err)
+		}
+		w.awaitProbe(ctx, client, targets[i%2], 5*time.Minute)
+		traffic = append(traffic, time.Since(t0))
+	}
 
 	memEnd, err := ProcMemory(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
+	heap := "?"
+	if m, err := w.Scrape(ctx, host); err == nil {
+		if v, ok := m.Get("go_memstats_heap_inuse_bytes"); ok {
+			heap = MiB(int64(v))
+		}
+	}
 	load1 := loadAvg()
 	if err := p.Stop(30 * time.Second); err != nil {
 		b.Errorf("stopping kproxy: %v", err)
 	}
+	live := "?"
+	if l, ok := lastLiveHeap(p.Process().Output()); ok {
+		live = strconv.Itoa(l)
+	}
 
+	kernelChange, trafficChange := median(kernel), median(traffic)
 	b.ReportMetric(startTook.Seconds(), "start-s")
 	b.ReportMetric(float64(kernelChange.Microseconds())/1000, "change-ms")
 	b.ReportMetric(float64(trafficChange.Microseconds())/1000, "traffic-ms")
 	b.ReportMetric(float64(memEnd.HWM)/(1<<20), "peak-MiB")
 	b.ReportMetric(float64(rules), "rules")
-	b.Logf("| %s | %s | %s (first full sync %s) | %s | %s | %s / %s / %s MiB | %d / %d | %s | %s → %s |",
+	b.Logf("changes (kernel): %v; changes (traffic): %v", kernel, traffic)
+	b.Logf("| %s | %s | %s (first full sync %s) | %s (max %s) | %s | %s / %s / %s MiB (heap in use %s MiB, live %s MB) | %d / %d | %s | %s → %s |",
 		fmtCount(w.n), flavour, round(startTook), round(time.Duration(firstSync*float64(time.Second))),
-		round(kernelChange), round(trafficChange),
-		MiB(memProgrammed.RSS), MiB(memEnd.RSS), MiB(memEnd.HWM), rules, chains,
+		round(kernelChange), round(slices.Max(kernel)), round(trafficChange),
+		MiB(memProgrammed.RSS), MiB(memEnd.RSS), MiB(memEnd.HWM), heap, live, rules, chains,
 		round(w.loadTook), load0, load1)
+}
+
+// awaitIdle waits until kproxy on host has no pending change and has not
+// synced for 2 s (bounded by 10 minutes).
+func (w *benchWorld) awaitIdle(ctx context.Context, host string) {
+	b := w.b
+	deadline := time.Now().Add(10 * time.Minute)
+	var last float64
+	since := time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
+		m, err := w.Scrape(ctx, host)
+		if err != nil {
+			continue
+		}
+		t4, _ := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv4")
+		t6, _ := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv6")
+		pe, _ := m.Get("kubeproxy_sync_proxy_rules_endpoint_changes_pending")
+		ps, _ := m.Get("kubeproxy_sync_proxy_rules_service_changes_pending")
+		if ts := max(t4, t6); ts != last || pe+ps > 0 {
+			last, since = ts, time.Now()
+			continue
+		}
+		if time.Since(since) >= 2*time.Second {
+			return
+		}
+	}
+	b.Fatalf("kproxy on %s never went idle within 10 minutes", host)
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // changeOneEndpoint replaces one endpoint of the middle Service with a
@@ -392,11 +451,19 @@ func (w *benchWorld) awaitProbe(ctx context.Context, client, want string, limit 
 	return 0
 }
 
-// quiet waits so that the next change is not paced by kproxy's
-// minSyncPeriod (1 s) after the previous sync.
-func quiet(b *testing.B, d time.Duration) {
-	b.Helper()
-	time.Sleep(d)
+// gcTrace matches the heap sizes of a GODEBUG=gctrace=1 line: heap at
+// the start of the cycle, at its end, and live (marked) heap, in MB.
+var gcTrace = regexp.MustCompile(`(?m)^gc \d+ @.* (\d+)->(\d+)->(\d+) MB`)
+
+// lastLiveHeap returns the live heap (MB) reported by the last garbage
+// collection in a Go program's gctrace output.
+func lastLiveHeap(out string) (int, bool) {
+	m := gcTrace.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		return 0, false
+	}
+	v, err := strconv.Atoi(m[len(m)-1][3])
+	return v, err == nil
 }
 
 var (
@@ -457,4 +524,36 @@ func fmtCount(n int) string {
 		s = s[:len(s)-3] + "," + s[len(s)-3:]
 	}
 	return s
+}
+
+func TestBenchHelpers(t *testing.T) {
+	out := "I1130 log line\ngc 1 @0.010s 2%: 0.01+1.1+0.01 ms clock, 0.02+0.1/0.5/0+0.02 ms cpu, 4->4->1 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P\n" +
+		"gc 2 @5.001s 1%: 0.02+3+0.01 ms clock, 0.04+0.2/1/0+0.02 ms cpu, 180->181->95 MB, 190 MB goal, 0 MB stacks, 0 MB globals, 2 P\nI1130 more\n"
+	if v, ok := lastLiveHeap(out); !ok || v != 95 {
+		t.Errorf("lastLiveHeap = %d, %v; want 95", v, ok)
+	}
+	if _, ok := lastLiveHeap("no trace"); ok {
+		t.Error("lastLiveHeap found a trace in none")
+	}
+	save := `:KPROXY-SERVICES - [0:0]
+:KPROXY-SVC-AAAA - [0:0]
+-A PREROUTING -m comment --comment "kproxy service portals" -j KPROXY-SERVICES
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A KPROXY-SERVICES -d 10.96.0.5/32 -p tcp -m comment --comment "bench/svc-00001:http" -m tcp --dport 80 -j KPROXY-SVC-AAAA
+-A KPROXY-SERVICES -d 10.96.0.6/32 -p tcp -m comment --comment bench/svc-00002:http -m tcp --dport 80 -j KPROXY-SVC-BBBB
+-A KPROXY-SVC-AAAA -p tcp -j DNAT --to-destination 10.128.0.1:8080
+-A KPROXY-SERVICES -d 10.96.0.7/32 -p tcp -m comment --comment "default/probe:tcp" -m tcp --dport 80 -j KPROXY-SVC-CCCC
+`
+	if n := countServices(save); n != 2 {
+		t.Errorf("countServices = %d, want 2", n)
+	}
+	if r, c := countOwned(save); r != 5 || c != 2 {
+		t.Errorf("countOwned = %d rules, %d chains; want 5, 2", r, c)
+	}
+	if got := fmtCount(10000); got != "10,000" {
+		t.Errorf("fmtCount = %q", got)
+	}
+	if got := median([]time.Duration{3, 1, 2}); got != 2 {
+		t.Errorf("median = %v", got)
+	}
 }
