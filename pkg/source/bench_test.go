@@ -93,7 +93,7 @@ func BenchmarkTransformService(b *testing.B) {
 		for i := range objs {
 			objs[i] = apiService(i)
 			if transform {
-				_, _ = transformObject(objs[i])
+				_, _ = newTransformer().transform(objs[i])
 			}
 		}
 		runtime.GC()
@@ -104,7 +104,7 @@ func BenchmarkTransformService(b *testing.B) {
 	raw, stripped := heldPerService(false), heldPerService(true)
 	b.ReportAllocs()
 	for b.Loop() {
-		_, _ = transformObject(apiService(1))
+		_, _ = newTransformer().transform(apiService(1))
 	}
 	b.ReportMetric(raw, "B/svc-raw")
 	b.ReportMetric(stripped, "B/svc-stripped")

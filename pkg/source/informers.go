@@ -91,6 +91,7 @@ func run(ctx context.Context, newLW lwFactory, opts runOptions, h Handler) error
 		{kindEndpointSlice, &discovery.EndpointSlice{}, handlerFuncs(logger, h.OnEndpointSlice)},
 		{kindNode, &v1.Node{}, handlerFuncs(logger, h.OnNode)},
 	}
+	tr := newTransformer()
 	informers := make([]cache.SharedIndexInformer, len(specs))
 	regs := make([]cache.ResourceEventHandlerRegistration, len(specs))
 	for i, s := range specs {
@@ -99,7 +100,7 @@ func run(ctx context.Context, newLW lwFactory, opts runOptions, h Handler) error
 			s.example,
 			cache.SharedIndexInformerOptions{ResyncPeriod: opts.resync, ObjectDescription: s.k.String()},
 		)
-		if err := inf.SetTransform(transformObject); err != nil {
+		if err := inf.SetTransform(tr.transform); err != nil {
 			return fmt.Errorf("source: setting %s transform: %w", s.k, err)
 		}
 		reg, err := inf.AddEventHandler(s.handler)

@@ -34,6 +34,33 @@ func cleanMeta(annotations map[string]string) metav1.ObjectMeta {
 	}
 }
 
+func withLabels(m metav1.ObjectMeta, labels map[string]string) metav1.ObjectMeta {
+	m.Labels = labels
+	return m
+}
+
+// TestTransformSharesRepeatedValues: endpoints of every slice share one
+// copy of each node and zone name and of each condition value.
+func TestTransformSharesRepeatedValues(t *testing.T) {
+	tr := newTransformer()
+	mk := func(name string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Endpoints: []discovery.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, NodeName: ptr.To("n1"), Zone: ptr.To("z"), Conditions: discovery.EndpointConditions{Ready: ptr.To(true), Terminating: ptr.To(false)}},
+			{Addresses: []string{"10.0.0.2"}, NodeName: ptr.To("n1"), Zone: ptr.To("z"), Conditions: discovery.EndpointConditions{Ready: ptr.To(false)}},
+		}}
+	}
+	a, _ := tr.transform(mk("a"))
+	b, _ := tr.transform(mk("b"))
+	ea, eb := a.(*discovery.EndpointSlice).Endpoints, b.(*discovery.EndpointSlice).Endpoints
+	if ea[0].NodeName != eb[1].NodeName || ea[0].Zone != eb[0].Zone || *ea[0].NodeName != "n1" {
+		t.Errorf("node and zone names not shared")
+	}
+	if ea[0].Conditions.Ready != eb[0].Conditions.Ready || *ea[0].Conditions.Ready != true ||
+		ea[1].Conditions.Ready != ea[0].Conditions.Terminating || *ea[1].Conditions.Ready != false || ea[1].Conditions.Serving != nil {
+		t.Errorf("conditions not shared or changed: %+v %+v", ea[0].Conditions, ea[1].Conditions)
+	}
+}
+
 func TestTransform(t *testing.T) {
 	trigger := map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-01-02T03:04:05Z"}
 	bigAnnotations := map[string]string{
@@ -66,7 +93,7 @@ func TestTransform(t *testing.T) {
 				Conditions:   []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}},
 			},
 		},
-		want: &v1.Service{ObjectMeta: cleanMeta(nil), Spec: svcSpec, Status: v1.ServiceStatus{LoadBalancer: lbStatus}},
+		want: &v1.Service{ObjectMeta: withLabels(cleanMeta(nil), nil), Spec: svcSpec, Status: v1.ServiceStatus{LoadBalancer: lbStatus}},
 	}, {
 		name: "endpointslice keeps the trigger time",
 		in: &discovery.EndpointSlice{
@@ -85,7 +112,7 @@ func TestTransform(t *testing.T) {
 			Ports: []discovery.EndpointPort{{Port: ptr.To[int32](8080)}},
 		},
 		want: &discovery.EndpointSlice{
-			ObjectMeta:  cleanMeta(trigger),
+			ObjectMeta:  withLabels(cleanMeta(trigger), map[string]string{discovery.LabelServiceName: "x"}),
 			AddressType: discovery.AddressTypeIPv4,
 			Endpoints: []discovery.Endpoint{{
 				Addresses:  []string{"10.1.0.1"},
@@ -99,7 +126,7 @@ func TestTransform(t *testing.T) {
 	}, {
 		name: "endpointslice with only the trigger time",
 		in:   &discovery.EndpointSlice{ObjectMeta: noisyMeta(trigger)},
-		want: &discovery.EndpointSlice{ObjectMeta: cleanMeta(trigger)},
+		want: &discovery.EndpointSlice{ObjectMeta: withLabels(cleanMeta(trigger), map[string]string{discovery.LabelServiceName: "x"})},
 	}, {
 		name: "node keeps spec and addresses",
 		in: &v1.Node{
@@ -128,14 +155,15 @@ func TestTransform(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := transformObject(tc.in)
+			tr := newTransformer()
+			got, err := tr.transform(tc.in)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("transform (-want +got):\n%s", d)
 			}
-			again, err := transformObject(got)
+			again, err := tr.transform(got)
 			if err != nil {
 				t.Fatal(err)
 			}
