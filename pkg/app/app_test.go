@@ -55,6 +55,12 @@ func (b *fakeBackend) Sync(_ context.Context, _ *proxy.Snapshot, ch proxy.Change
 	return b.fail
 }
 
+func (b *fakeBackend) syncCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.syncs)
+}
+
 func (b *fakeBackend) setFail(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -422,3 +428,23 @@ endpoints:
 - addresses: [10.244.2.30]
   nodeName: node2
 `
+
+// TestOtherFamilyChangesSkipABackend: a change that only concerns IPv4
+// ports does not sync the IPv6 backend; periodic and full syncs reach both.
+func TestOtherFamilyChangesSkipABackend(t *testing.T) {
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "web.yaml": lbYAML(freePort(t), "node1")})
+	h := start(t, dir, run{})
+	gen := h.waitSync("first sync", succeeded).gen
+	v4, v6 := h.backends[v1.IPv4Protocol].syncCount(), h.backends[v1.IPv6Protocol].syncCount()
+	if v4 == 0 || v6 == 0 {
+		t.Fatalf("first sync reached IPv4 %d, IPv6 %d times", v4, v6)
+	}
+	h.write("web.yaml", strings.Replace(lbYAML(freePort(t), "node1"), "port: 80\n", "port: 81\n", 1))
+	h.changed("IPv4-only change", gen)
+	if got := h.backends[v1.IPv6Protocol].syncCount(); got != v6 {
+		t.Errorf("an IPv4-only change synced the IPv6 backend (%d → %d calls)", v6, got)
+	}
+	if got := h.backends[v1.IPv4Protocol].syncCount(); got <= v4 {
+		t.Errorf("the IPv4 backend was not synced (%d → %d calls)", v4, got)
+	}
+}

@@ -170,7 +170,7 @@ func TestHealth(t *testing.T) {
 
 	// Syncs fail: once a queued change is older than 2 × syncPeriod (1s),
 	// the proxy is unhealthy, and so is every health check node port.
-	h.backends[v1.IPv6Protocol].setFail(errors.New("HNS is restarting"))
+	h.backends[v1.IPv4Protocol].setFail(errors.New("HNS is restarting"))
 	h.write("web.yaml", strings.Replace(lbYAML(hc, "node1"), "port: 80\n", "port: 81\n", 1))
 	h.waitSync("failed sync of the change", func(r syncResult) bool { return r.err != nil && r.gen > gen })
 	h.clock.Step(2*time.Second + time.Millisecond)
@@ -178,7 +178,7 @@ func TestHealth(t *testing.T) {
 	if body := fetch(t, hcURL).json(t); body["serviceProxyHealthy"] != false {
 		t.Errorf("health check node port body %v", body)
 	}
-	h.backends[v1.IPv6Protocol].setFail(nil)
+	h.backends[v1.IPv4Protocol].setFail(nil)
 	gen = h.changed("recovered", gen)
 	expect("recovered", 200, 200, 200, "1", true)
 

@@ -36,6 +36,8 @@ type syncer struct {
 	afterSync func(snap *proxy.Snapshot, err error)
 	// started is when kproxy started: older trigger times are not measured.
 	started time.Time
+	// acked is the last snapshot every backend programmed.
+	acked *proxy.Snapshot
 }
 
 // maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
@@ -62,6 +64,12 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	start := s.clock.Now()
 	var errs []error
 	for _, b := range s.backends {
+		if s.acked != nil && !ch.Touches(s.acked.Family(b.Family), snap.Family(b.Family)) {
+			// Only the other family's ports changed: this backend is
+			// already up to date (and its periodic syncs still run).
+			s.health.Updated(b.Family)
+			continue
+		}
 		began := s.clock.Now()
 		err := b.Backend.Sync(ctx, snap, ch)
 		took := s.clock.Since(began)
@@ -80,6 +88,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		return snap, fmt.Errorf("sync of generation %d (full=%v): %w", snap.Generation, ch.Full, errors.Join(errs...))
 	}
 	s.cache.Ack(snap)
+	s.acked = snap
 	s.metrics.ChangesProgrammed(ch.ServiceEvents, ch.EndpointEvents)
 	for _, f := range s.backends.Families() {
 		s.metrics.Programmed(f, triggersSince(ch.TriggerTimes[f], s.started))

@@ -88,6 +88,22 @@ func (c Changes) Changed(name ServicePortName) bool {
 	return ok
 }
 
+// Touches reports whether the changes concern a family whose view was old
+// at the last successful sync and is cur now: a full sync, a node change,
+// no change at all (a periodic sync), or a changed port present in either
+// view. A backend of that family has nothing to do otherwise.
+func (c Changes) Touches(old, cur *FamilyView) bool {
+	if c.Full || c.Node || len(c.Ports) == 0 || old == nil || cur == nil {
+		return true
+	}
+	for n := range c.Ports {
+		if old.Ports[n] != nil || cur.Ports[n] != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Empty reports whether nothing changed and no full sync is asked.
 func (c Changes) Empty() bool { return !c.Full && !c.Node && len(c.Ports) == 0 }
 

@@ -125,3 +125,45 @@ func TestWriteYAMLIsDeterministic(t *testing.T) {
 		t.Errorf("unexpected rendering:\n%s", first)
 	}
 }
+
+func TestChangesTouches(t *testing.T) {
+	mk := func(names ...string) *FamilyView {
+		m := map[ServicePortName]*ServicePort{}
+		for _, n := range names {
+			pn := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: n}}
+			m[pn] = &ServicePort{Name: pn}
+		}
+		return NewFamilyView(v1.IPv4Protocol, m)
+	}
+	name := func(n string) ServicePortName {
+		return ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: n}}
+	}
+	ch := func(names ...string) Changes {
+		c := Changes{Ports: map[ServicePortName]struct{}{}}
+		for _, n := range names {
+			c.Ports[name(n)] = struct{}{}
+		}
+		return c
+	}
+	old, cur := mk("a", "gone"), mk("a", "new")
+	for _, tc := range []struct {
+		name string
+		ch   Changes
+		want bool
+	}{
+		{"periodic sync", Changes{}, true},
+		{"full", Changes{Full: true, Ports: ch("other").Ports}, true},
+		{"node", Changes{Node: true, Ports: ch("other").Ports}, true},
+		{"changed port of this family", ch("a"), true},
+		{"port removed from this family", ch("gone"), true},
+		{"port added to this family", ch("new"), true},
+		{"only the other family's ports", ch("other", "v6only"), false},
+	} {
+		if got := tc.ch.Touches(old, cur); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !ch("other").Touches(nil, cur) {
+		t.Error("no previous view must count as touched")
+	}
+}
