@@ -99,7 +99,7 @@ func ReadAudit(path, user string) ([]Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return parseAudit(f, user)
 }
 

@@ -362,7 +362,7 @@ func (e *Env) Get(ctx context.Context, host, url string) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("GET %s from %s: %w", url, host, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return resp.StatusCode, body, fmt.Errorf("GET %s from %s: %w", url, host, err)
