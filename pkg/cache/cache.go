@@ -188,9 +188,12 @@ func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 }
 
 // OnNode records a change of this node's Node object. Objects of other nodes
-// are ignored. A change of topology labels re-evaluates every Service.
+// are ignored. A change of topology labels re-evaluates every Service. When
+// the Node object is deleted, the node keeps its last known facts and is
+// marked as being deleted (load balancers should drain it), as upstream
+// kube-proxy keeps reporting it ineligible.
 func (c *Cache) OnNode(old, cur *v1.Node) {
-	n := proxy.Node{Name: c.nodeName}
+	var n proxy.Node
 	if cur != nil {
 		if cur.Name != c.nodeName {
 			return
@@ -202,6 +205,10 @@ func (c *Cache) OnNode(old, cur *v1.Node) {
 		return
 	}
 	c.mu.Lock()
+	if cur == nil {
+		n = c.node
+		n.Deleting = true
+	}
 	changed := !nodesEqual(c.node, n)
 	if topologyChanged(c.node, n) {
 		c.allDirty = true

@@ -254,6 +254,19 @@ func TestNodeLabelChangeReevaluatesEveryService(t *testing.T) {
 	if !snap.Node.Deleting || !ch.Node || len(ch.Ports) != 0 {
 		t.Errorf("deleting %v, changes %+v", snap.Node.Deleting, ch)
 	}
+	// The Node object deleted outright (no finalizer): still being deleted,
+	// with its last known facts.
+	c.OnNode(n3, n2)
+	snap, _ = c.Snapshot()
+	c.Ack(snap)
+	if snap.Node.Deleting {
+		t.Fatal("taint removed, node still deleting")
+	}
+	c.OnNode(n2, nil)
+	snap, ch = c.Snapshot()
+	if !snap.Node.Deleting || snap.Node.Zone != "zone-b" || !ch.Node {
+		t.Errorf("after the Node's deletion: %+v, changes %+v", snap.Node, ch)
+	}
 }
 
 func TestTriggerTimesReported(t *testing.T) {
