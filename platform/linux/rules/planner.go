@@ -539,6 +539,10 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 
 	// filter
 	fw := &builder{chain: ChainFirewall}
+	// TCP gets a reset: an ICMPv6 port-unreachable only fails a connect()
+	// on its retransmission a second later (ICMPv4 fails it at once), and
+	// clients of a Service without endpoints must be refused at once.
+	fw.add("-p tcp", r.matchReject, "-j REJECT --reject-with tcp-reset")
 	fw.add(r.matchReject, "-j REJECT --reject-with", r.rejectWith)
 	fw.add(r.matchDrop, "-j DROP")
 	if localhost {
