@@ -11,8 +11,10 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy ./cmd/kproxy
 	GOOS=windows $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy.exe ./cmd/kproxy
 
-# test: everything CI runs. Later issues append their suites here.
-test: test-unit
+# test: everything CI runs, in this order. The control plane (etcd and
+# kube-apiserver built from Go modules, many minutes cold) is built first so
+# that no test package meets a cold build inside its go test deadline.
+test: controlplane test-unit test-kernel test-windows test-integration
 
 test-unit:
 	$(GO) test -race -count=1 ./...
@@ -35,7 +37,6 @@ clean:
 # is a failure. One package at a time: they measure latencies. The e2e suite
 # runs twice, on iptables-nft and on iptables-legacy.
 .PHONY: test-kernel demo
-test: test-kernel
 
 test-kernel:
 	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/ ./platform/linux/netns/... ./platform/linux/e2e/...
@@ -53,7 +54,6 @@ demo:
 # binutils with apt-get when missing and prepares the Wine prefix in
 # .build/wine (with the bcryptprimitives.dll forwarder Go needs).
 .PHONY: test-windows
-test: test-windows
 
 test-windows:
 	./platform/windows/wine/setup.sh
@@ -73,7 +73,6 @@ controlplane:
 # EndpointSlices through the API reach the kernel, a 60 s API-server outage,
 # a new cluster behind the same address, node deletion and /healthz,
 # objects kproxy cannot fully use. Root; skips without it, fails under CI=true.
-test: test-integration
 
 test-integration: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./platform/linux/integration/
