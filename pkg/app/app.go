@@ -200,6 +200,9 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	if addr, ok := o.MetricsBindAddress(); ok {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
+		if o.Config.EnableProfiling {
+			installProfiling(mux)
+		}
 		srv.start(ctx, "metrics", addr.String(), mux)
 	}
 	if addr, ok := o.HealthzBindAddress(); ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -238,5 +239,34 @@ func TestServerBindFailure(t *testing.T) {
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("kproxy kept running with a busy healthz port and --bind-address-hard-fail")
+	}
+}
+
+// TestProfiling: /debug/pprof/ is served on the metrics server only when
+// enableProfiling (--profiling) is set.
+func TestProfiling(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("enableProfiling=", on), func(t *testing.T) {
+			dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
+			h := start(t, dir, run{tweak: func(o *config.Options, _ *Deps) { o.Config.EnableProfiling = on }})
+			h.waitSync("first sync", succeeded)
+			h.waitServers("metrics", "healthz")
+			heap := fetch(t, "http://"+h.servers["metrics"]+"/debug/pprof/heap?debug=1")
+			if !on {
+				if heap.code != http.StatusNotFound {
+					t.Errorf("profiling off: /debug/pprof/heap answered %d, want 404", heap.code)
+				}
+				return
+			}
+			if heap.code != http.StatusOK || !strings.Contains(string(heap.body), "heap profile:") {
+				t.Errorf("profiling on: /debug/pprof/heap answered %d: %.100q", heap.code, heap.body)
+			}
+			if idx := fetch(t, "http://"+h.servers["metrics"]+"/debug/pprof/"); idx.code != http.StatusOK || !strings.Contains(string(idx.body), "goroutine") {
+				t.Errorf("profiling on: /debug/pprof/ answered %d", idx.code)
+			}
+			if healthz := fetch(t, "http://"+h.servers["healthz"]+"/debug/pprof/"); healthz.code == http.StatusOK {
+				t.Errorf("profiles served on the healthz port too")
+			}
+		})
 	}
 }

@@ -71,6 +71,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v string) { c.HealthzBindAddress = appendPortIfNeeded(v, DefaultHealthzPort) })
 	str("metrics-bind-address", "metricsBindAddress", d.MetricsBindAddress, "IP:port for the metrics server (port 10249 when only an IP is given; 0.0.0.0:10249 or [::]:10249 for all interfaces). Empty disables it.",
 		func(c *kpc, v string) { c.MetricsBindAddress = appendPortIfNeeded(v, DefaultMetricsPort) })
+	boolean("profiling", "enableProfiling", d.EnableProfiling, "Serve Go's profiles on /debug/pprof/ of the metrics server (off by default: they expose internals).",
+		func(c *kpc, v bool) { c.EnableProfiling = v })
 	boolean("bind-address-hard-fail", "bindAddressHardFail", d.BindAddressHardFail, "Exit when the health check or metrics server cannot bind its port.",
 		func(c *kpc, v bool) { c.BindAddressHardFail = v })
 	i32("oom-score-adj", "oomScoreAdj", *d.OOMScoreAdj, "OOM score adjustment of the kproxy process, in [-1000, 1000] (Linux).",

@@ -33,6 +33,7 @@ var precedenceRows = []struct {
 	{"bind-address", []string{"--bind-address=10.1.1.1"}, func(o *Options) any { return o.BindAddress() }, netip.MustParseAddr("10.1.1.1")},
 	{"healthz-bind-address", []string{"--healthz-bind-address=127.0.0.1"}, func(o *Options) any { return o.Config.HealthzBindAddress }, "127.0.0.1:10256"},
 	{"metrics-bind-address", []string{"--metrics-bind-address="}, func(o *Options) any { _, ok := o.MetricsBindAddress(); return ok }, false},
+	{"profiling", []string{"--profiling=false"}, func(o *Options) any { return o.Config.EnableProfiling }, false},
 	{"bind-address-hard-fail", []string{"--bind-address-hard-fail=false"}, func(o *Options) any { return o.BindAddressHardFail() }, false},
 	{"oom-score-adj", []string{"--oom-score-adj=100"}, func(o *Options) any { return o.OOMScoreAdj() }, int32(100)},
 	{"proxy-mode", []string{"--proxy-mode=kernelspace"}, func(o *Options) any { return o.ProxyMode() }, ModeKernelspace},
