@@ -135,4 +135,3 @@ func (r *reconnector) watch(ctx context.Context, opts metav1.ListOptions, open f
 	}
 	return w, nil
 }
-
