@@ -59,7 +59,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.bind("kube-api-qps", "clientConnection.qps", func(c *kpc) { c.ClientConnection.QPS = *qps })
 	i32("kube-api-burst", "clientConnection.burst", d.ClientConnection.Burst, "Burst of queries allowed to the API server.",
 		func(c *kpc, v int32) { c.ClientConnection.Burst = v })
-	dur("config-sync-period", "configSyncPeriod", d.ConfigSyncPeriod.Duration, "How often the informers re-deliver every Service and EndpointSlice from their cache. Must be greater than 0.",
+	dur("config-sync-period", "configSyncPeriod", d.ConfigSyncPeriod.Duration, "How often the Node informer re-delivers this node's Node object. Services and EndpointSlices are not re-delivered: kproxy keeps only its parsed form of them and relists after every broken watch. Must be greater than 0.",
 		func(c *kpc, v time.Duration) { c.ConfigSyncPeriod = metav1.Duration{Duration: v} })
 
 	// Node identity and servers.

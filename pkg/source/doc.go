@@ -1,6 +1,6 @@
 // Package source delivers Service, EndpointSlice and Node objects to a
 // Handler, from the API server or from a manifest directory. Both sources run
-// the same client-go machinery: one shared informer per kind, each over a
+// the same client-go machinery: one informer per kind, each over a
 // cache.ListerWatcher, with the same list options, the same transform and the
 // same event handlers. Only the ListerWatcher differs.
 //
@@ -19,12 +19,18 @@
 // seeing the update. Likewise EndpointSlices are delivered even when their
 // Service is unknown or ignored: joining slices to Services is the cache's job.
 //
-// Resync updates (old and cur carry the same resourceVersion) are passed on
-// as updates; a handler treats an update that changes nothing as a no-op.
+// Services and EndpointSlices are not stored here (see lightInformer): the
+// old object of an update or a delete is a stub that holds only the
+// namespace, the name and, for an EndpointSlice, its Service label. They are
+// never resynced; a relist (after a broken watch) delivers every object
+// again, as updates, and a handler treats an update that changes nothing as
+// a no-op. The Node comes from a shared informer, resynced every
+// configSyncPeriod.
 //
 // # Memory
 //
-// An informer transform strips, before anything is stored, what the proxy
+// The objects are parsed by the handler, not kept here. An informer
+// transform strips, before they are queued, what the proxy
 // never reads: managedFields, ownerReferences, finalizers, every annotation
 // except endpoints.kubernetes.io/last-change-trigger-time, a Service's
 // selector and status conditions, an endpoint's targetRef, hostname and

@@ -6,7 +6,9 @@ import (
 )
 
 // Handler receives object changes. In each method old is nil for an add and
-// cur is nil for a delete. Calls for one kind are serialized; calls for
+// cur is nil for a delete. For Services and EndpointSlices old is a stub:
+// namespace, name and (EndpointSlices) the kubernetes.io/service-name label
+// the object had; the source keeps nothing else of them. Calls for one kind are serialized; calls for
 // different kinds may run concurrently. A Handler must not modify the objects.
 type Handler interface {
 	OnService(old, cur *v1.Service)

@@ -11,7 +11,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -81,44 +80,43 @@ func run(ctx context.Context, newLW lwFactory, opts runOptions, h Handler) error
 	}
 	logger := klog.FromContext(ctx)
 
-	type spec struct {
-		k       kind
-		example runtime.Object
-		handler cache.ResourceEventHandler
-	}
-	specs := []spec{
-		{kindService, &v1.Service{}, handlerFuncs(logger, h.OnService)},
-		{kindEndpointSlice, &discovery.EndpointSlice{}, handlerFuncs(logger, h.OnEndpointSlice)},
-		{kindNode, &v1.Node{}, handlerFuncs(logger, h.OnNode)},
-	}
 	tr := newTransformer()
-	informers := make([]cache.SharedIndexInformer, len(specs))
-	regs := make([]cache.ResourceEventHandlerRegistration, len(specs))
-	for i, s := range specs {
-		inf := cache.NewSharedIndexInformerWithOptions(
-			newLW(s.k, listOptionsFor(s.k, opts.nodeName)),
-			s.example,
-			cache.SharedIndexInformerOptions{ResyncPeriod: opts.resync, ObjectDescription: s.k.String()},
-		)
-		if err := inf.SetTransform(tr.transform); err != nil {
-			return fmt.Errorf("source: setting %s transform: %w", s.k, err)
-		}
-		reg, err := inf.AddEventHandler(s.handler)
-		if err != nil {
-			return fmt.Errorf("source: adding %s handler: %w", s.k, err)
-		}
-		informers[i], regs[i] = inf, reg
+	services := newLightInformer(newLW(kindService, listOptionsFor(kindService, opts.nodeName)), &v1.Service{}, kindService, tr.transform,
+		func(*v1.Service) string { return "" },
+		func(ns, name, _ string) *v1.Service {
+			return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		},
+		h.OnService, logger)
+	slices := newLightInformer(newLW(kindEndpointSlice, listOptionsFor(kindEndpointSlice, opts.nodeName)), &discovery.EndpointSlice{}, kindEndpointSlice, tr.transform,
+		func(s *discovery.EndpointSlice) string { return s.Labels[discovery.LabelServiceName] },
+		func(ns, name, svc string) *discovery.EndpointSlice {
+			s := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+			if svc != "" {
+				s.Labels = map[string]string{discovery.LabelServiceName: svc}
+			}
+			return s
+		},
+		h.OnEndpointSlice, logger)
+	// The Node informer (one object) is a shared informer with resyncs.
+	nodes := cache.NewSharedIndexInformerWithOptions(newLW(kindNode, listOptionsFor(kindNode, opts.nodeName)), &v1.Node{},
+		cache.SharedIndexInformerOptions{ResyncPeriod: opts.resync, ObjectDescription: kindNode.String()})
+	if err := nodes.SetTransform(tr.transform); err != nil {
+		return fmt.Errorf("source: setting the Node transform: %w", err)
+	}
+	nodeReg, err := nodes.AddEventHandler(handlerFuncs(logger, h.OnNode))
+	if err != nil {
+		return fmt.Errorf("source: adding the Node handler: %w", err)
 	}
 
 	var wg sync.WaitGroup
-	for _, inf := range informers {
-		wg.Go(func() { inf.RunWithContext(ctx) })
-	}
+	wg.Go(func() { services.run(ctx) })
+	wg.Go(func() { slices.run(ctx) })
+	wg.Go(func() { nodes.RunWithContext(ctx) })
 	defer wg.Wait()
 
-	awaited := []cache.DoneChecker{regs[0].HasSyncedChecker(), regs[1].HasSyncedChecker()}
+	awaited := []cache.DoneChecker{services.synced(), slices.synced()}
 	if opts.awaitNode {
-		awaited = append(awaited, regs[2].HasSyncedChecker())
+		awaited = append(awaited, nodeReg.HasSyncedChecker())
 	}
 	if cache.WaitFor(ctx, "", awaited...) {
 		logger.Info("Initial Services and EndpointSlices delivered")
