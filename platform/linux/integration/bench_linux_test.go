@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -32,6 +34,7 @@ var (
 	benchFlavours  = flag.String("cluster-bench-flavours", "legacy,nft", "iptables flavours for BenchmarkCluster (at most two: the first runs kproxy on node1, the second on node2)")
 	benchEndpoints = flag.Int("cluster-bench-endpoints", 10, "endpoints per Service for BenchmarkCluster")
 	benchWriters   = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
+	benchProfiles  = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
 )
 
 // benchVerbosity is kproxy's -v in the benchmark (2 logs every sync).
@@ -246,7 +249,11 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	if logDir == "" {
 		logDir = b.TempDir()
 	}
-	p := w.Proxy(kproxyBin, host, logDir, "--cluster-cidr", c.Topology.ClusterCIDR4.String()+","+c.Topology.ClusterCIDR6.String(), "-v", benchVerbosity)
+	args := []string{"--cluster-cidr", c.Topology.ClusterCIDR4.String() + "," + c.Topology.ClusterCIDR6.String(), "-v", benchVerbosity}
+	if *benchProfiles != "" {
+		args = append(args, "--profiling")
+	}
+	p := w.Proxy(kproxyBin, host, logDir, args...)
 	// kproxy inherits the environment: gctrace=1 makes its runtime print
 	// the live heap after every collection (read back below).
 	b.Setenv("GODEBUG", "gctrace=1")
@@ -301,6 +308,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	w.saveHeapProfile(ctx, host, flavour, "programmed")
 	m, _ := w.Scrape(ctx, host)
 	_, firstSync := m.Histogram("kubeproxy_sync_full_proxy_rules_duration_seconds", "ip_family", "IPv4")
 
@@ -339,6 +347,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 			heap = MiB(int64(v))
 		}
 	}
+	w.saveHeapProfile(ctx, host, flavour, "end")
 	load1 := loadAvg()
 	if err := p.Stop(30 * time.Second); err != nil {
 		b.Errorf("stopping kproxy: %v", err)
@@ -360,6 +369,25 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		round(kernelChange), round(slices.Max(kernel)), round(trafficChange),
 		MiB(memProgrammed.RSS), MiB(memEnd.RSS), MiB(memEnd.HWM), heap, live, rules, chains,
 		round(w.loadTook), load0, load1)
+}
+
+// saveHeapProfile stores kproxy's heap profile (go tool pprof reads it)
+// in -cluster-bench-profiles, when given.
+func (w *benchWorld) saveHeapProfile(ctx context.Context, host, flavour, stage string) {
+	if *benchProfiles == "" {
+		return
+	}
+	code, body, err := w.Get(ctx, host, "http://"+MetricsAddr+"/debug/pprof/heap")
+	if err != nil || code != http.StatusOK {
+		w.b.Errorf("heap profile %s: status %d, %v", stage, code, err)
+		return
+	}
+	name := filepath.Join(*benchProfiles, fmt.Sprintf("heap-%d-%s-%s.pb.gz", w.n, flavour, stage))
+	if err := os.WriteFile(name, body, 0o644); err != nil {
+		w.b.Errorf("heap profile: %v", err)
+		return
+	}
+	w.b.Logf("heap profile %s: %s", stage, name)
 }
 
 // awaitIdle waits until kproxy on host has no pending change and has not
