@@ -41,9 +41,14 @@ func TestServicesFollowTheAPI(t *testing.T) {
 		if !checkMetric {
 			return
 		}
-		// The sample is recorded once the sync that programmed the change
-		// finished, which happened before traffic could follow.
+		// The sample is recorded at the end of the sync that programmed the
+		// change, after every family's rules are written: traffic can follow
+		// a moment before it. Give it (bounded) time to appear.
 		after := e.latency(ctx)
+		for wait := time.Now().Add(5 * time.Second); after.count == before.count && time.Now().Before(wait); {
+			time.Sleep(50 * time.Millisecond)
+			after = e.latency(ctx)
+		}
 		n, sum := after.count-before.count, after.sum-before.sum
 		bound := time.Since(trigger).Seconds()
 		t.Logf("%s: %s gained %v samples, %.3f s in total (bound %.3f s per sample)", name, programmingLatency, n, sum, bound)
