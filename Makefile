@@ -14,19 +14,31 @@ build:
 # test: everything CI runs, in this order. The control plane (etcd and
 # kube-apiserver built from Go modules, many minutes cold) is built first so
 # that no test package meets a cold build inside its go test deadline.
-test: controlplane test-unit test-kernel test-windows test-integration
+test: controlplane vet test-unit test-fuzz test-kernel test-windows test-integration
 
 test-unit:
 	$(GO) test -race -count=1 ./...
 
-lint:
+# vet: gofmt and go vet for linux and windows (part of test; lint adds
+# golangci-lint).
+.PHONY: vet
+vet:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
+	GOOS=windows $(GO) build ./...
 	GOOS=windows $(GO) vet ./...
+
+lint: vet
 	$(GO) run $(GOLANGCI) run ./...
 
 fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 30s
+
+# test-fuzz: the short fuzz run CI does on top of the seed corpus (which
+# test-unit runs): random Services and EndpointSlices thrown at the cache.
+.PHONY: test-fuzz
+test-fuzz:
+	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 20s
 
 clean:
 	rm -rf $(BIN) .build
