@@ -162,6 +162,12 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		// Nothing to write, so no restore carried the canary check: look.
 		err = errCanary
 	}
+	if err != nil && ctx.Err() != nil {
+		// kproxy is stopping: the restore was interrupted, not refused. No
+		// retry, no failure counted; the rules written so far stay.
+		b.fail()
+		return fmt.Errorf("sync interrupted (%w): %w", context.Cause(ctx), err)
+	}
 	if err != nil && !full {
 		if errors.Is(err, errRestore) {
 			b.opts.Metrics.RestoreFailed(true)

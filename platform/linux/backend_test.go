@@ -283,6 +283,38 @@ func TestSyncFailures(t *testing.T) {
 	w.checkMatchesFullPlan()
 }
 
+// TestSyncInterrupted: a restore killed because kproxy is stopping (the
+// sync's context is done) is neither retried as a full sync nor counted as
+// a restore failure.
+func TestSyncInterrupted(t *testing.T) {
+	m := &recordingMetrics{restoreFailed: map[bool]int{}, rules: map[string][2]int{}}
+	w := newWorld(t, v1.IPv4Protocol, func(o *Options) { o.Metrics = m })
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1))
+	w.mustSync(false)
+
+	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
+	snap, ch := w.cache.Snapshot()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w.ipt.FailNext["Restore"] = errors.New("iptables-restore: signal: killed")
+	restores := w.ipt.Calls["Restore"]
+	err := w.b.Sync(ctx, snap, ch)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync = %v, want an interruption wrapping context.Canceled", err)
+	}
+	if got := w.ipt.Calls["Restore"] - restores; got != 1 {
+		t.Errorf("%d restores, want 1 (no full-sync retry while stopping)", got)
+	}
+	if m.restoreFailed[true]+m.restoreFailed[false] != 0 {
+		t.Errorf("restore failures counted: %v", m.restoreFailed)
+	}
+	w.mustSync(false)
+	if !w.b.Last().Full {
+		t.Error("the sync after an interrupted one was not full")
+	}
+	w.checkMatchesFullPlan()
+}
+
 func TestSyncRemovesStaleChainsOfAnEarlierRun(t *testing.T) {
 	w := newWorld(t, v1.IPv4Protocol, nil)
 	// An earlier run left a service chain and a jump to it.
