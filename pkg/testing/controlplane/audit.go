@@ -8,26 +8,68 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strconv"
+	"time"
 )
 
-// Denial is one request that the API server's authorizer refused, read from
-// the audit log.
-type Denial struct {
-	AuditID     string
-	User        string
+// Request is one API request read from the API server's audit log.
+type Request struct {
+	AuditID string
+	User    string
+	// Verb is the Kubernetes verb (get, list, watch, create, patch, ...).
 	Verb        string
 	APIGroup    string
 	Resource    string
 	Subresource string
 	Namespace   string
 	Name        string
-	// RequestURI is the path and query of the request.
+	// RequestURI is the path and query.
 	RequestURI string
-	// Code is the HTTP status code (403).
+	// Code is the HTTP status of the response (0 when the log has none yet).
 	Code int
-	// Reason is the authorizer's explanation (often empty for RBAC denials).
-	Reason string
+	// Received is when the API server received the request.
+	Received time.Time
+	// Decision is the authorizer's "allow" or "forbid", and Reason its
+	// explanation (often empty).
+	Decision, Reason string
 }
+
+// Call names what RBAC sees of a request: "verb group/resource[/sub]", or
+// "verb URI" for a non-resource request.
+func (r Request) Call() string {
+	if r.Resource == "" {
+		return r.Verb + " " + r.RequestURI
+	}
+	g := r.APIGroup
+	if g == "" {
+		g = "core"
+	}
+	res := r.Resource
+	if r.Subresource != "" {
+		res += "/" + r.Subresource
+	}
+	return r.Verb + " " + g + "/" + res
+}
+
+func (r Request) String() string {
+	s := r.User + " " + r.Call()
+	if r.Namespace != "" {
+		s += " ns=" + r.Namespace
+	}
+	if r.Name != "" {
+		s += " name=" + r.Name
+	}
+	s += " → " + strconv.Itoa(r.Code) + " " + r.Decision
+	if r.Reason != "" {
+		s += " (" + r.Reason + ")"
+	}
+	return s
+}
+
+// Denial is a request that the API server's authorizer refused (Decision
+// "forbid", Code 403), with its own one-line rendering.
+type Denial Request
 
 // String renders the denial on one line for test failure messages.
 func (d Denial) String() string {
@@ -63,12 +105,12 @@ const (
 	annotationReason   = "authorization.k8s.io/reason"
 )
 
-// auditEvent holds the audit.k8s.io/v1 Event fields that AuditDenials reads.
-type auditEvent struct {
-	AuditID    string `json:"auditID"`
-	Stage      string `json:"stage"`
-	RequestURI string `json:"requestURI"`
-	Verb       string `json:"verb"`
+// auditLine holds the audit.k8s.io/v1 Event fields ReadAudit and AuditDenials use.
+type auditLine struct {
+	AuditID    string    `json:"auditID"`
+	Received   time.Time `json:"requestReceivedTimestamp"`
+	RequestURI string    `json:"requestURI"`
+	Verb       string    `json:"verb"`
 	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`
@@ -85,74 +127,126 @@ type auditEvent struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
-// AuditDenials returns every request the authorizer refused since Start, in
-// the order they were logged, one per request (Reset keeps the log). Filter by User for the
-// Kproxy identity.
-func (cp *ControlPlane) AuditDenials() ([]Denial, error) {
-	f, err := os.Open(cp.files.auditLog())
+// AuditRequests returns the requests of user ("" for everyone) since Start,
+// read from the API server's audit log (see ReadAudit); none before the
+// first request.
+func (cp *ControlPlane) AuditRequests(user string) ([]Request, error) {
+	reqs, err := ReadAudit(cp.files.auditLog(), user)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil // no request yet
+		return nil, nil
 	}
+	return reqs, err
+}
+
+// AuditDenials returns every request the authorizer refused since Start, in
+// the order they were logged, one per request (Reset keeps the log). Filter
+// by User for the Kproxy identity.
+func (cp *ControlPlane) AuditDenials() ([]Denial, error) {
+	reqs, err := cp.AuditRequests("")
+	return denials(reqs), err
+}
+
+// parseDenials is AuditDenials over a log read from r.
+func parseDenials(r io.Reader) ([]Denial, error) {
+	reqs, err := parseAudit(r, "")
+	return denials(reqs), err
+}
+
+func denials(reqs []Request) []Denial {
+	var out []Denial
+	for _, r := range reqs {
+		if r.Decision == "forbid" {
+			out = append(out, Denial(r))
+		}
+	}
+	return out
+}
+
+// ReadAudit returns the requests of user ("" for everyone) in a JSON-lines
+// audit log, one per audit ID, in the order they were first logged (later
+// stages of a request, such as a watch's ResponseComplete, update it). A
+// last line without a newline is still being written and is skipped; a bad
+// line is an error naming it, after the requests that could be read.
+func ReadAudit(path, user string) ([]Request, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
 	}
-	defer f.Close()
-	return parseDenials(f)
+	defer func() { _ = f.Close() }()
+	return parseAudit(f, user)
 }
 
-// parseDenials reads an audit log (one JSON event per line). A last line
-// without a newline is being written and is skipped; any other line that is
-// not an event is an error naming its line number, after the denials that
-// could be read.
-func parseDenials(r io.Reader) ([]Denial, error) {
+func parseAudit(r io.Reader, user string) ([]Request, error) {
 	var (
-		out  []Denial
+		out  []Request
 		errs []error
-		seen = map[string]int{} // auditID -> index in out
+		seen = map[string]int{}
 	)
 	br := bufio.NewReader(r)
 	for lineNo := 1; ; lineNo++ {
 		line, err := br.ReadBytes('\n')
 		if errors.Is(err, io.EOF) {
-			break // a partial last line, or nothing
+			break
 		}
 		if err != nil {
-			return out, fmt.Errorf("reading audit log line %d: %w", lineNo, err)
+			return out, fmt.Errorf("audit log line %d: %w", lineNo, err)
 		}
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 {
+		if line = bytes.TrimSpace(line); len(line) == 0 {
 			continue
 		}
-		var ev auditEvent
+		var ev auditLine
 		if err := json.Unmarshal(line, &ev); err != nil {
 			errs = append(errs, fmt.Errorf("audit log line %d: %w", lineNo, err))
 			continue
 		}
-		if ev.Annotations[annotationDecision] != "forbid" {
+		if user != "" && ev.User.Username != user {
 			continue
 		}
-		d := Denial{
+		req := Request{
 			AuditID:    ev.AuditID,
+			Received:   ev.Received,
 			User:       ev.User.Username,
 			Verb:       ev.Verb,
 			RequestURI: ev.RequestURI,
+			Decision:   ev.Annotations[annotationDecision],
 			Reason:     ev.Annotations[annotationReason],
 		}
-		if ev.ObjectRef != nil {
-			d.APIGroup, d.Resource, d.Subresource = ev.ObjectRef.APIGroup, ev.ObjectRef.Resource, ev.ObjectRef.Subresource
-			d.Namespace, d.Name = ev.ObjectRef.Namespace, ev.ObjectRef.Name
+		if o := ev.ObjectRef; o != nil {
+			req.APIGroup, req.Resource, req.Subresource = o.APIGroup, o.Resource, o.Subresource
+			req.Namespace, req.Name = o.Namespace, o.Name
 		}
 		if ev.ResponseStatus != nil {
-			d.Code = ev.ResponseStatus.Code
+			req.Code = ev.ResponseStatus.Code
 		}
-		// A request can log several stages; the last one is the most
-		// complete, and the first one fixes the position.
 		if i, ok := seen[ev.AuditID]; ok && ev.AuditID != "" {
-			out[i] = d
+			if req.Code == 0 {
+				req.Code = out[i].Code
+			}
+			if req.Decision == "" {
+				req.Decision, req.Reason = out[i].Decision, out[i].Reason
+			}
+			if req.Received.IsZero() {
+				req.Received = out[i].Received
+			}
+			out[i] = req
 			continue
 		}
 		seen[ev.AuditID] = len(out)
-		out = append(out, d)
+		out = append(out, req)
 	}
 	return out, errors.Join(errs...)
+}
+
+// Calls returns the distinct Call values of reqs, sorted.
+func Calls(reqs []Request) []string {
+	set := map[string]bool{}
+	for _, r := range reqs {
+		set[r.Call()] = true
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -25,6 +25,7 @@
 // in, whichever thread uses it later).
 //
 // Authorization is RBAC only, and every request is written to an audit log at
-// Metadata level, so tests can assert that kproxy's identity was never denied
+// Metadata level, so tests can list every call an identity made
+// (AuditRequests, ReadAudit) and assert that kproxy's was never denied
 // (AuditDenials).
 package controlplane

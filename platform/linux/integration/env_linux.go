@@ -236,18 +236,18 @@ func (e *Env) StartAPIServer(ctx context.Context) error {
 
 // KproxyRequests returns the requests kproxy's identity made, from the
 // audit log (kept across Reset).
-func (e *Env) KproxyRequests() ([]Request, error) {
-	return ReadAudit(filepath.Join(e.ControlPlane.Dir, "audit.log"), controlplane.KproxyUser)
+func (e *Env) KproxyRequests() ([]controlplane.Request, error) {
+	return e.ControlPlane.AuditRequests(controlplane.KproxyUser)
 }
 
 // RBACReport is what CheckRBAC found.
 type RBACReport struct {
-	// Calls are the distinct calls kproxy made (Request.Call).
+	// Calls are the distinct calls kproxy made (controlplane.Request.Call).
 	Calls []string
 	// WhileStarting are refusals of calls deploy/'s ClusterRole grants, made
 	// while kube-apiserver was starting (see StartAPIServer): not caused by
 	// RBAC rules.
-	WhileStarting []Request
+	WhileStarting []controlplane.Request
 }
 
 // CheckRBAC checks kproxy's requests so far, from the audit log: every call
@@ -289,7 +289,7 @@ func (e *Env) CheckRBAC() (RBACReport, error) {
 			errs = append(errs, fmt.Errorf("denied: %s", d))
 		}
 	}
-	rep.Calls = Calls(reqs)
+	rep.Calls = controlplane.Calls(reqs)
 	return rep, errors.Join(errs...)
 }
 

@@ -22,6 +22,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/kproxy/kproxy/pkg/testing/controlplane"
 )
 
 // RBACFiles are the files of deploy/ that grant kproxy its permissions.
@@ -193,7 +195,7 @@ func retryNotFound(ctx context.Context, limit time.Duration, fn func() error) er
 // Allows reports whether the ClusterRole grants req (RBAC's matching: "*"
 // wildcards, "resource/subresource", resourceNames, nonResourceURLs with a
 // trailing "*"). It does not look at other bindings.
-func (r *RBAC) Allows(req Request) bool {
+func (r *RBAC) Allows(req controlplane.Request) bool {
 	for _, rule := range r.ClusterRole.Rules {
 		if ruleAllows(rule, req) {
 			return true
@@ -202,7 +204,7 @@ func (r *RBAC) Allows(req Request) bool {
 	return false
 }
 
-func ruleAllows(rule rbacv1.PolicyRule, req Request) bool {
+func ruleAllows(rule rbacv1.PolicyRule, req controlplane.Request) bool {
 	if !matches(rule.Verbs, req.Verb) {
 		return false
 	}

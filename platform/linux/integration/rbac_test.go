@@ -120,27 +120,27 @@ func TestAllows(t *testing.T) {
 		{NonResourceURLs: []string{"/healthz", "/api/*"}, Verbs: []string{"get"}},
 	}}}
 	for _, tc := range []struct {
-		req  Request
+		req  controlplane.Request
 		want bool
 	}{
-		{Request{Verb: "list", Resource: "services"}, true},
-		{Request{Verb: "watch", Resource: "nodes", Name: "node1"}, true},
-		{Request{Verb: "get", Resource: "nodes", Name: "node1"}, false},
-		{Request{Verb: "list", APIGroup: "discovery.k8s.io", Resource: "services"}, false},
-		{Request{Verb: "list", Resource: "services", Subresource: "status"}, false},
-		{Request{Verb: "create", APIGroup: "events.k8s.io", Resource: "events", Namespace: "default"}, true},
-		{Request{Verb: "create", Resource: "events"}, false},
-		{Request{Verb: "get", Resource: "configmaps", Name: "kproxy"}, true},
-		{Request{Verb: "get", Resource: "configmaps", Name: "other"}, false},
-		{Request{Verb: "get", Resource: "configmaps"}, false},
-		{Request{Verb: "update", APIGroup: "apps", Resource: "deployments", Subresource: "status"}, true},
-		{Request{Verb: "update", APIGroup: "apps", Resource: "deployments"}, false},
-		{Request{Verb: "get", APIGroup: "coordination.k8s.io", Resource: "leases"}, true},
-		{Request{Verb: "get", RequestURI: "/healthz"}, true},
-		{Request{Verb: "get", RequestURI: "/healthz?verbose=1"}, true},
-		{Request{Verb: "get", RequestURI: "/api/v1"}, true},
-		{Request{Verb: "get", RequestURI: "/apis"}, false},
-		{Request{Verb: "post", RequestURI: "/healthz"}, false},
+		{controlplane.Request{Verb: "list", Resource: "services"}, true},
+		{controlplane.Request{Verb: "watch", Resource: "nodes", Name: "node1"}, true},
+		{controlplane.Request{Verb: "get", Resource: "nodes", Name: "node1"}, false},
+		{controlplane.Request{Verb: "list", APIGroup: "discovery.k8s.io", Resource: "services"}, false},
+		{controlplane.Request{Verb: "list", Resource: "services", Subresource: "status"}, false},
+		{controlplane.Request{Verb: "create", APIGroup: "events.k8s.io", Resource: "events", Namespace: "default"}, true},
+		{controlplane.Request{Verb: "create", Resource: "events"}, false},
+		{controlplane.Request{Verb: "get", Resource: "configmaps", Name: "kproxy"}, true},
+		{controlplane.Request{Verb: "get", Resource: "configmaps", Name: "other"}, false},
+		{controlplane.Request{Verb: "get", Resource: "configmaps"}, false},
+		{controlplane.Request{Verb: "update", APIGroup: "apps", Resource: "deployments", Subresource: "status"}, true},
+		{controlplane.Request{Verb: "update", APIGroup: "apps", Resource: "deployments"}, false},
+		{controlplane.Request{Verb: "get", APIGroup: "coordination.k8s.io", Resource: "leases"}, true},
+		{controlplane.Request{Verb: "get", RequestURI: "/healthz"}, true},
+		{controlplane.Request{Verb: "get", RequestURI: "/healthz?verbose=1"}, true},
+		{controlplane.Request{Verb: "get", RequestURI: "/api/v1"}, true},
+		{controlplane.Request{Verb: "get", RequestURI: "/apis"}, false},
+		{controlplane.Request{Verb: "post", RequestURI: "/healthz"}, false},
 	} {
 		if got := r.Allows(tc.req); got != tc.want {
 			t.Errorf("Allows(%s) = %v, want %v", tc.req.Call(), got, tc.want)
