@@ -23,30 +23,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		if os.Geteuid() != 0 || !netns.KernelTestsEnabled() {
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "kpt-e2e-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if echoBin, err = netns.BuildEcho(ctx, dir); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		var flags []string
-		if raceEnabled {
-			// A data race inside kproxy makes it exit, which fails the test.
-			flags = append(flags, "-race")
-		}
-		kproxyBin, kproxyBuildErr = netns.GoBuild(ctx, dir, KProxyPackage, flags...)
-		return m.Run()
-	}())
+	os.Exit(netns.MainWithBinaries(m, KProxyPackage, raceEnabled, func(b netns.Binaries) {
+		echoBin, kproxyBin, kproxyBuildErr = b.Echo, b.Main, b.MainErr
+	}))
 }
 
 // env is one test's cluster with kproxy running in node1.

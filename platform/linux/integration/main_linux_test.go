@@ -27,29 +27,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		if os.Geteuid() != 0 || !netns.KernelTestsEnabled() {
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "kpt-integration-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if echoBin, err = netns.BuildEcho(ctx, dir); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		var flags []string
-		if raceEnabled {
-			flags = append(flags, "-race") // a data race makes kproxy exit: the test fails
-		}
-		kproxyBin, kproxyBuildErr = netns.GoBuild(ctx, dir, e2e.KProxyPackage, flags...)
-		return m.Run()
-	}())
+	os.Exit(netns.MainWithBinaries(m, e2e.KProxyPackage, raceEnabled, func(b netns.Binaries) {
+		echoBin, kproxyBin, kproxyBuildErr = b.Echo, b.Main, b.MainErr
+	}))
 }
 
 // LogDirEnv names a directory that keeps kproxy's logs of every test

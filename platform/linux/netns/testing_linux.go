@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -90,4 +91,47 @@ func tail(s string, n int) string {
 		lines = append([]string{"..."}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Binaries are the programs a kernel test package runs in its namespaces,
+// built once by MainWithBinaries.
+type Binaries struct {
+	// Echo is the kpt-echo server and client.
+	Echo string
+	// Main is the package under test (kproxy), or "" with MainErr set when
+	// it did not build (tests that need it report that).
+	Main    string
+	MainErr error
+}
+
+// MainWithBinaries is a kernel test package's TestMain body: as root with
+// kernel tests enabled, it builds kpt-echo and pkg (with -race when race, so
+// that a data race makes the process exit and the test fail) into a
+// temporary directory, hands them to set, runs the tests and removes the
+// directory. Otherwise every test skips on its own and it only runs them.
+// It returns the exit code.
+func MainWithBinaries(m *testing.M, pkg string, race bool, set func(Binaries)) int {
+	if os.Geteuid() != 0 || !KernelTestsEnabled() {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "kpt-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var b Binaries
+	if b.Echo, err = BuildEcho(ctx, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var flags []string
+	if race {
+		flags = append(flags, "-race")
+	}
+	b.Main, b.MainErr = GoBuild(ctx, dir, pkg, flags...)
+	set(b)
+	return m.Run()
 }
