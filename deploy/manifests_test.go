@@ -1,11 +1,7 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -20,7 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -35,39 +30,8 @@ var kustomizations = []string{".", "cleanup"}
 var strict = k8sjson.NewSerializerWithOptions(k8sjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
 	k8sjson.SerializerOptions{Yaml: true, Strict: true})
 
-// decodeAll splits a YAML stream into documents and decodes each strictly.
-func decodeAll(data []byte) ([]runtime.Object, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var out []runtime.Object
-	for i := 1; ; i++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-			continue
-		}
-		obj, _, err := strict.Decode(doc, nil, nil)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		out = append(out, obj)
-	}
-}
-
-func stripComments(doc []byte) []byte {
-	var b bytes.Buffer
-	for _, l := range bytes.Split(doc, []byte("\n")) {
-		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
-			b.Write(l)
-			b.WriteByte('\n')
-		}
-	}
-	return b.Bytes()
-}
+// decodeAll decodes a YAML stream strictly.
+func decodeAll(data []byte) ([]runtime.Object, error) { return Decode(strict, data) }
 
 // render builds a kustomization directory with kustomize's library (what
 // `kubectl kustomize DIR` runs) and decodes the result strictly.

@@ -214,3 +214,30 @@ func WaitReady(ctx context.Context, c *netns.Cluster, from string, addrs ...neti
 	}
 	return nil
 }
+
+// WithoutDumps drops the multi-line desired-state dumps kproxy logs at -v=2.
+func WithoutDumps(out string) string {
+	var keep []string
+	skipping := false
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, `"Desired state"`):
+			skipping = true
+			continue
+		case skipping && (strings.HasPrefix(l, "\t") || strings.HasPrefix(l, " >") || strings.TrimSpace(l) == ">"):
+			continue
+		}
+		skipping = false
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
+}
+
+// LastLines keeps the last n lines of s, saying how many it left out.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d lines omitted)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -178,7 +177,7 @@ func (e *env) start() {
 		}
 		out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, toolOf(fam, otherFlavour(), "-save"))
 		if err == nil && strings.Contains(string(out), "KPROXY-") {
-			e.t.Errorf("%s: kproxy mixed flavours: %s shows KPROXY rules:\n%s", fam, toolOf(fam, otherFlavour(), "-save"), lastLines(string(out), 20))
+			e.t.Errorf("%s: kproxy mixed flavours: %s shows KPROXY rules:\n%s", fam, toolOf(fam, otherFlavour(), "-save"), LastLines(string(out), 20))
 		}
 	}
 }
@@ -193,12 +192,12 @@ func (e *env) waitReady() {
 	select {
 	case err := <-done:
 		if err != nil {
-			e.t.Fatalf("kproxy never programmed the sentinel Service: %v\nkproxy output:\n%s", err, lastLines(e.p.Process().Output(), 40))
+			e.t.Fatalf("kproxy never programmed the sentinel Service: %v\nkproxy output:\n%s", err, LastLines(e.p.Process().Output(), 40))
 		}
 	case <-e.p.Process().Done():
 		cancel()
 		<-done
-		e.t.Fatalf("kproxy exited before programming anything: %v\n%s", e.p.Process().Err(), lastLines(e.p.Process().Output(), 40))
+		e.t.Fatalf("kproxy exited before programming anything: %v\n%s", e.p.Process().Err(), LastLines(e.p.Process().Output(), 40))
 	}
 	e.t.Logf("kproxy run %d programmed the sentinel in %v", e.p.runs, time.Since(begin).Round(time.Millisecond))
 }
@@ -237,38 +236,12 @@ func (e *env) dumpRules() {
 	for _, fam := range families() {
 		cmd := tool(fam, "-save")
 		if out, err := e.c.Exec(ctx, proxytest.Node1, cmd); err == nil {
-			e.t.Logf("%s in node1:\n%s", cmd, lastLines(string(out), 200))
+			e.t.Logf("%s in node1:\n%s", cmd, LastLines(string(out), 200))
 		}
 	}
 	if p := e.p.Process(); p != nil {
-		e.t.Logf("kproxy run %d output (desired-state dumps left out):\n%s", e.p.runs, lastLines(withoutDumps(p.Output()), 60))
+		e.t.Logf("kproxy run %d output (desired-state dumps left out):\n%s", e.p.runs, LastLines(WithoutDumps(p.Output()), 60))
 	}
-}
-
-// withoutDumps drops the multi-line desired-state dumps kproxy logs at -v=2.
-func withoutDumps(out string) string {
-	var keep []string
-	skipping := false
-	for _, l := range strings.Split(out, "\n") {
-		switch {
-		case strings.Contains(l, `"Desired state"`):
-			skipping = true
-			continue
-		case skipping && (strings.HasPrefix(l, "\t") || strings.HasPrefix(l, " >") || strings.TrimSpace(l) == ">"):
-			continue
-		}
-		skipping = false
-		keep = append(keep, l)
-	}
-	return strings.Join(keep, "\n")
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("... (%d lines omitted)", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
 }
 
 func families() []v1.IPFamily { return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} }

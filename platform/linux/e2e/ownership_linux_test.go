@@ -81,7 +81,7 @@ func TestCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kproxy --cleanup: %v", err)
 	}
-	t.Logf("kproxy --cleanup output:\n%s", lastLines(string(out), 20))
+	t.Logf("kproxy --cleanup output:\n%s", LastLines(string(out), 20))
 	for _, fam := range families() {
 		for _, table := range []string{"nat", "filter"} {
 			got, want := normalize(e.save(fam, table)), normalize(before[string(fam)+"/"+table])

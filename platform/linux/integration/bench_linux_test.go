@@ -25,6 +25,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/proxytest"
 	"github.com/kproxy/kproxy/pkg/testing/controlplane"
+	"github.com/kproxy/kproxy/platform/linux/e2e"
 	"github.com/kproxy/kproxy/platform/linux/netns"
 	"github.com/kproxy/kproxy/platform/linux/netns/echo"
 )
@@ -275,7 +276,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 			b.Fatalf("kproxy did not program %d Services within 30 minutes", w.n)
 		}
 		if !p.Running() {
-			b.Fatalf("kproxy exited: %v\n%s", p.Process().Err(), lastLines(p.Process().Output(), 30))
+			b.Fatalf("kproxy exited: %v\n%s", p.Process().Err(), e2e.LastLines(p.Process().Output(), 30))
 		}
 		time.Sleep(200 * time.Millisecond)
 		m, err := w.Scrape(ctx, host)

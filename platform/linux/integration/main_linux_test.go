@@ -212,31 +212,13 @@ func (e *env) dumpKproxy() {
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		for _, table := range []string{"nat", "filter"} {
 			if out, err := Save(ctx, e.Cluster, proxytest.Node1, fam, flavour, table); err == nil {
-				e.t.Logf("%s %s in node1:\n%s", fam, table, lastLines(out, 80))
+				e.t.Logf("%s %s in node1:\n%s", fam, table, e2e.LastLines(out, 80))
 			}
 		}
 	}
 	if p := e.proxy.Process(); p != nil {
-		e.t.Logf("kproxy output (desired-state dumps left out):\n%s", lastLines(withoutDumps(p.Output()), 60))
+		e.t.Logf("kproxy output (desired-state dumps left out):\n%s", e2e.LastLines(e2e.WithoutDumps(p.Output()), 60))
 	}
-}
-
-// withoutDumps drops the multi-line desired-state dumps kproxy logs at -v=2.
-func withoutDumps(out string) string {
-	var keep []string
-	skipping := false
-	for _, l := range strings.Split(out, "\n") {
-		switch {
-		case strings.Contains(l, `"Desired state"`):
-			skipping = true
-			continue
-		case skipping && (strings.HasPrefix(l, "\t") || strings.HasPrefix(l, " >") || strings.TrimSpace(l) == ">"):
-			continue
-		}
-		skipping = false
-		keep = append(keep, l)
-	}
-	return strings.Join(keep, "\n")
 }
 
 func logTail(t *testing.T, name, path string, n int) {
@@ -245,15 +227,7 @@ func logTail(t *testing.T, name, path string, n int) {
 		t.Logf("%s: %v", name, err)
 		return
 	}
-	t.Logf("end of %s:\n%s", name, lastLines(string(data), n))
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("... (%d lines omitted)", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
+	t.Logf("end of %s:\n%s", name, e2e.LastLines(string(data), n))
 }
 
 // clusterIP returns a Service's ClusterIP of one family on ServicePort.

@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,12 +14,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/kproxy/kproxy/deploy"
 	"github.com/kproxy/kproxy/pkg/testing/controlplane"
 )
 
@@ -49,7 +45,7 @@ func LoadRBAC(deployDir string) (*RBAC, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading kproxy's RBAC: %w", err)
 		}
-		objs, err := decodeAll(codecs.UniversalDeserializer(), data)
+		objs, err := deploy.Decode(codecs.UniversalDeserializer(), data)
 		if err != nil {
 			return nil, fmt.Errorf("decoding %s: %w", path, err)
 		}
@@ -74,40 +70,6 @@ func LoadRBAC(deployDir string) (*RBAC, error) {
 		return nil, fmt.Errorf("%s: %w", deployDir, err)
 	}
 	return &r, nil
-}
-
-// decodeAll decodes every non-empty document of a YAML stream.
-func decodeAll(d runtime.Decoder, data []byte) ([]runtime.Object, error) {
-	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var out []runtime.Object
-	for i := 0; ; i++ {
-		doc, err := rd.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-			continue
-		}
-		obj, _, err := d.Decode(doc, nil, nil)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		out = append(out, obj)
-	}
-}
-
-// stripComments drops whole-line comments (a document of only comments is empty).
-func stripComments(doc []byte) []byte {
-	var out [][]byte
-	for _, l := range bytes.Split(doc, []byte("\n")) {
-		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
-			out = append(out, l)
-		}
-	}
-	return bytes.Join(out, []byte("\n"))
 }
 
 // check verifies that the binding grants the ClusterRole to the ServiceAccount.
