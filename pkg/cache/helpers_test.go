@@ -37,7 +37,9 @@ func svc(name string, clusterIPs []string, ports []string, mods ...func(*v1.Serv
 			sp.Name, p = pn, rest
 		}
 		num, proto, _ := strings.Cut(p, "/")
-		fmt.Sscan(num, &sp.Port)
+		if _, err := fmt.Sscan(num, &sp.Port); err != nil {
+			panic(fmt.Sprintf("test Service port %q: %v", p, err))
+		}
 		sp.Protocol = v1.Protocol(proto)
 		sp.TargetPort = intstr.FromInt32(sp.Port)
 		s.Spec.Ports = append(s.Spec.Ports, sp)
@@ -132,7 +134,9 @@ func slice(name, svcName string, at discovery.AddressType, ports []string, eps .
 		}
 		num, proto, _ := strings.Cut(p, "/")
 		var port int32
-		fmt.Sscan(num, &port)
+		if _, err := fmt.Sscan(num, &port); err != nil {
+			panic(fmt.Sprintf("test slice port %q: %v", p, err))
+		}
 		sp := discovery.EndpointPort{Name: ptr(name), Port: ptr(port)}
 		if proto != "" {
 			sp.Protocol = ptr(v1.Protocol(proto))

@@ -51,7 +51,7 @@ func inNetns(t testing.TB, fn func()) {
 		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
 			restored = true
 		}
-		orig.Close()
+		_ = orig.Close()
 		if restored {
 			runtime.UnlockOSThread()
 		} // else: the thread stays locked and dies with the goroutine.
@@ -443,7 +443,7 @@ func TestKernelTraffic(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer ln.Close()
+				defer func() { _ = ln.Close() }()
 				go func() {
 					for {
 						c, err := ln.Accept()
@@ -451,7 +451,7 @@ func TestKernelTraffic(t *testing.T) {
 							return
 						}
 						_, _ = c.Write([]byte("pod-a1\n"))
-						c.Close()
+						_ = c.Close()
 					}
 				}()
 				b := systemBackend(t, v1.IPv4Protocol, f, nil)
@@ -480,7 +480,7 @@ func TestKernelTraffic(t *testing.T) {
 					}
 					buf := make([]byte, 16)
 					n, _ := c.Read(buf)
-					c.Close()
+					_ = c.Close()
 					if got := strings.TrimSpace(string(buf[:n])); got != "pod-a1" {
 						t.Errorf("ClusterIP answered %q", got)
 					}

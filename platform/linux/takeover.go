@@ -138,9 +138,6 @@ func planTakeover(table string, save []byte) takeover {
 	return t
 }
 
-// empty reports whether there is nothing to do.
-func (t takeover) empty() bool { return len(t.remove) == 0 && len(t.unlink) == 0 }
-
 // lines renders the take-over as restore lines of its table: flush the
 // chains, delete the jump rules to them, delete the chains.
 func (t takeover) lines() []string {

@@ -230,7 +230,7 @@ func probe(ctx context.Context, c *http.Client, url, token, want string) error {
 	if err != nil {
 		return fmt.Errorf("probe %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
 		return fmt.Errorf("probe %s: status %d: %.300s", url, resp.StatusCode, body)

@@ -66,12 +66,12 @@ func dialInNetns(ctx context.Context, path, network, addr string) (conn net.Conn
 	if err != nil {
 		return nil, true, fmt.Errorf("opening current netns: %w", err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	target, err := os.Open(path)
 	if err != nil {
 		return nil, true, fmt.Errorf("opening netns %s: %w", path, err)
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		return nil, true, fmt.Errorf("entering netns %s: %w", path, err)
 	}

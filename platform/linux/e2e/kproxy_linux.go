@@ -149,9 +149,9 @@ func WriteManifest(dir, name string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write manifest %s: %w", name, err)
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("write manifest %s: %w", name, err)
 	}
 	if err := tmp.Close(); err != nil {

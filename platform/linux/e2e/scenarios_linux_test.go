@@ -18,21 +18,6 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/netns/echo"
 )
 
-// service builds a scenario Service and its slices as manifest objects.
-func (e *env) service(name string, index int, opts []proxytest.ServiceOption, eps ...proxytest.EP) (*v1.Service, []any) {
-	e.t.Helper()
-	svc := e.top.Service(name, index, opts...)
-	slices, err := e.top.Slices(svc, eps...)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	objs := []any{svc}
-	for _, s := range slices {
-		objs = append(objs, s)
-	}
-	return svc, objs
-}
-
 // clusterIP returns a Service's ClusterIP:ServicePort of one family.
 func clusterIP(svc *v1.Service, fam v1.IPFamily) netip.AddrPort {
 	for _, a := range ServiceAddrs(svc) {
@@ -284,7 +269,7 @@ func TestRestart(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("dial %s: %v", addr, err)
 		}
-		t.Cleanup(func() { conn.Close() })
+		t.Cleanup(func() { _ = conn.Close() })
 		conns = append(conns, conn)
 	}
 	exchange := func(step string) {

@@ -225,12 +225,12 @@ func (n *NS) doLocked(fn func() error) (restored bool, err error) {
 	if err != nil {
 		return true, fmt.Errorf("open current netns: %w", err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	target, err := os.Open(n.Path)
 	if err != nil {
 		return true, fmt.Errorf("open netns %s: %w", n.Name, err)
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		return true, fmt.Errorf("enter netns %s: %w", n.Name, err)
 	}

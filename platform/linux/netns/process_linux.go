@@ -177,7 +177,7 @@ func startProcess(sp *spawner, ns *NS, name, logPath string, argv ...string) (*P
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	if err := sp.start(p.cmd); err != nil {
 		if p.log != nil {
-			p.log.Close()
+			_ = p.log.Close()
 		}
 		return nil, fmt.Errorf("start %s in netns %s: %w", name, ns.Name, err)
 	}
@@ -193,10 +193,10 @@ func startProcess(sp *spawner, ns *NS, name, logPath string, argv ...string) (*P
 	}()
 	go func() {
 		p.err = p.cmd.Wait()
-		pw.Close()
+		_ = pw.Close()
 		<-copied
 		if p.log != nil {
-			p.log.Close()
+			_ = p.log.Close()
 		}
 		close(p.done)
 	}()

@@ -147,14 +147,6 @@ func (p *Planner) reset() {
 // Invalidate forgets that the last plan was applied: the next plan is full.
 func (p *Planner) Invalidate() { p.valid = false }
 
-// tableIndex maps a table name to its index in believed.
-func tableIndex(t string) int {
-	if t == TableFilter {
-		return 1
-	}
-	return 0
-}
-
 // planWriter collects what a plan writes, per table.
 type planWriter struct {
 	written [2][]chainOut
@@ -256,7 +248,7 @@ func (p *Planner) Plan(in Input) *Plan {
 	for _, n := range names {
 		sp := view.Ports[n]
 		old := oldPorts[n]
-		if old != nil && sp == old.sp && !full && !(nodeChanged && old.nodeDeps) {
+		if old != nil && sp == old.sp && !full && (!nodeChanged || !old.nodeDeps) {
 			continue // the same immutable value: nothing to do
 		}
 		var oldSP *proxy.ServicePort

@@ -101,9 +101,7 @@ func tracePlan(t *testing.T, cfg Config, v *proxy.FamilyView, forwardDrop bool) 
 	}
 	kernel(t, rs, plan)
 	var local []netip.Addr
-	for _, a := range in.LocalAddrs {
-		local = append(local, a)
-	}
+	local = append(local, in.LocalAddrs...)
 	return rs, ruleset.Host{LocalAddrs: local}
 }
 

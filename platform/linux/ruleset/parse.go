@@ -544,7 +544,7 @@ func quoteArgs(args []string) []string {
 func SaveString(s string) string {
 	bare := s != ""
 	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
 			bare = false
 			break
 		}

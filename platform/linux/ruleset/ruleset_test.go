@@ -225,7 +225,6 @@ func mustRuleset(t *testing.T, text string) *Ruleset {
 var (
 	vip    = netip.MustParseAddr("10.96.0.10")
 	podA   = netip.MustParseAddr("10.244.1.5")
-	podB   = netip.MustParseAddr("10.244.2.5")
 	nodeIP = netip.MustParseAddr("192.168.0.1")
 )
 

@@ -220,34 +220,37 @@ func (rs *Ruleset) walk(h Host, t *Table, c *Chain, st state, depth int) ([]bran
 	return rs.walkFrom(h, t, c, 0, st, depth)
 }
 
+// walkFrom evaluates chain c from rule index from: the rule splits the
+// state into the part it matches (its target is taken) and the part it does
+// not (the next rules see it, recursively).
 func (rs *Ruleset) walkFrom(h Host, t *Table, c *Chain, from int, st state, depth int) ([]branch, error) {
-	for i := from; i < len(c.Rules); i++ {
-		r := c.Rules[i]
-		if st.prob == 0 {
-			return nil, nil
-		}
-		yes, no, err := r.evaluate(h, st)
-		if err != nil {
-			return nil, fmt.Errorf("%s/%s rule %d (%s): %w", t.Name, c.Name, i+1, r.Spec, err)
-		}
-		var out []branch
-		if no != nil {
-			rest, err := rs.walkFrom(h, t, c, i+1, *no, depth)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, rest...)
-		}
-		if yes == nil {
-			return out, nil
-		}
-		taken, err := rs.take(h, t, c, i, r, *yes, depth)
+	if from >= len(c.Rules) {
+		return []branch{{st: st}}, nil // fell off the end
+	}
+	if st.prob == 0 {
+		return nil, nil
+	}
+	i, r := from, c.Rules[from]
+	yes, no, err := r.evaluate(h, st)
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s rule %d (%s): %w", t.Name, c.Name, i+1, r.Spec, err)
+	}
+	var out []branch
+	if no != nil {
+		rest, err := rs.walkFrom(h, t, c, i+1, *no, depth)
 		if err != nil {
 			return nil, err
 		}
-		return append(taken, out...), nil
+		out = append(out, rest...)
 	}
-	return []branch{{st: st}}, nil
+	if yes == nil {
+		return out, nil
+	}
+	taken, err := rs.take(h, t, c, i, r, *yes, depth)
+	if err != nil {
+		return nil, err
+	}
+	return append(taken, out...), nil
 }
 
 // take applies r's target to st and continues as netfilter would.

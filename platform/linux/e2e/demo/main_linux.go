@@ -54,7 +54,7 @@ func run(ctx context.Context, src, service string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 
 	say("== kproxy demo: Service traffic through a real kernel, in throwaway network namespaces ==\n")
 	say("Building kproxy and the echo server...")

@@ -71,7 +71,7 @@ func Listen(name string, port int) (*Server, error) {
 		}
 		pc, err := net.ListenPacket(fam.udp, addr)
 		if err != nil {
-			ln.Close()
+			_ = ln.Close()
 			errs = append(errs, err)
 			continue
 		}
@@ -108,10 +108,10 @@ func (s *Server) Serve(ctx context.Context) {
 	}
 	<-ctx.Done()
 	for _, ln := range s.tcp {
-		ln.Close()
+		_ = ln.Close()
 	}
 	for _, pc := range s.udp {
-		pc.Close()
+		_ = pc.Close()
 	}
 	s.wg.Wait()
 }
@@ -135,7 +135,7 @@ func (s *Server) serveTCP(ln net.Listener) {
 		conns.Add(1)
 		go func() {
 			defer conns.Done()
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			r := bufio.NewReaderSize(c, maxRequest)
 			for {
 				line, err := r.ReadString('\n')
@@ -266,7 +266,7 @@ func probeTCP(ctx context.Context, addr netip.AddrPort, opts ProbeOptions) Resul
 	if err != nil {
 		return classify(fmt.Errorf("connect %s: %w", addr, err))
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	res := Exchange(ctx, c, opts.Payload)
 	res.Local = netipAddrPort(c.LocalAddr())
 	return res
@@ -295,7 +295,7 @@ func probeUDP(ctx context.Context, addr netip.AddrPort, opts ProbeOptions) Resul
 	if err != nil {
 		return classify(fmt.Errorf("open udp socket to %s: %w", addr, err))
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	local := netipAddrPort(c.LocalAddr())
 	dl, _ := ctx.Deadline()
 	buf := make([]byte, maxRequest)

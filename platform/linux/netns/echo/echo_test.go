@@ -34,14 +34,14 @@ func freePort(t *testing.T, proto string) netip.AddrPort {
 			t.Fatal(err)
 		}
 		addr = ln.Addr()
-		ln.Close()
+		_ = ln.Close()
 	} else {
 		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		addr = pc.LocalAddr()
-		pc.Close()
+		_ = pc.Close()
 	}
 	return netip.MustParseAddrPort(addr.String())
 }
@@ -57,14 +57,14 @@ func silent(t *testing.T) (tcp, udp netip.AddrPort) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close(); pc.Close() })
+	t.Cleanup(func() { _ = ln.Close(); _ = pc.Close() })
 	go func() { // accept and hold connections without answering
 		var held []net.Conn
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				for _, h := range held {
-					h.Close()
+					_ = h.Close()
 				}
 				return
 			}
@@ -129,7 +129,7 @@ func TestExchangeKeepsConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	var first netip.AddrPort
 	for i, msg := range []string{"one", "two", "three"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
