@@ -1,11 +1,13 @@
 package integration
 
 import (
-	"bufio"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one line of the Prometheus text format: a series and its value.
@@ -18,111 +20,57 @@ type Sample struct {
 // Metrics are the samples of one scrape.
 type Metrics []Sample
 
-// ParseMetrics reads the Prometheus text exposition format (version 0.0.4)
-// as served on /metrics: comment lines are skipped, every other line is
-// "name[{label="value",...}] value [timestamp]".
+// ParseMetrics reads the Prometheus text exposition format as served on
+// /metrics, with the Prometheus parser, and flattens it into one Sample per
+// series line: a histogram or summary becomes its _bucket (le) or quantile
+// series, _sum and _count.
 func ParseMetrics(text string) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	var out Metrics
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for lineNo := 1; sc.Scan(); lineNo++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d %q: %w", lineNo, line, err)
-		}
-		out = append(out, s)
+	add := func(name string, labels map[string]string, v float64) {
+		out = append(out, Sample{Name: name, Labels: labels, Value: v})
 	}
-	return out, sc.Err()
-}
-
-func parseSample(line string) (Sample, error) {
-	s := Sample{Labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ ")
-	if i < 0 {
-		return s, fmt.Errorf("no value")
-	}
-	s.Name = line[:i]
-	rest := line[i:]
-	if strings.HasPrefix(rest, "{") {
-		rest = rest[1:]
-		for {
-			rest = strings.TrimLeft(rest, " ,")
-			if strings.HasPrefix(rest, "}") {
-				rest = rest[1:]
-				break
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			labels := func(extra ...string) map[string]string {
+				l := make(map[string]string, len(m.GetLabel())+1)
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				for i := 0; i+1 < len(extra); i += 2 {
+					l[extra[i]] = extra[i+1]
+				}
+				return l
 			}
-			eq := strings.Index(rest, `="`)
-			if eq < 0 {
-				return s, fmt.Errorf("bad label list")
-			}
-			key := strings.TrimSpace(rest[:eq])
-			val, n, err := unquote(rest[eq+1:])
-			if err != nil {
-				return s, fmt.Errorf("label %s: %w", key, err)
-			}
-			s.Labels[key] = val
-			rest = rest[eq+1+n:]
-		}
-	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 {
-		return s, fmt.Errorf("no value")
-	}
-	v, err := parseValue(fields[0])
-	if err != nil {
-		return s, err
-	}
-	s.Value = v
-	return s, nil
-}
-
-// unquote reads a double-quoted label value with \\, \" and \n escapes from
-// the start of s and returns it with the number of bytes consumed.
-func unquote(s string) (string, int, error) {
-	if !strings.HasPrefix(s, `"`) {
-		return "", 0, fmt.Errorf("value not quoted")
-	}
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '"':
-			return b.String(), i + 1, nil
-		case '\\':
-			if i+1 == len(s) {
-				return "", 0, fmt.Errorf("dangling escape")
-			}
-			i++
-			switch s[i] {
-			case 'n':
-				b.WriteByte('\n')
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				add(name, labels(), m.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				add(name, labels(), m.GetGauge().GetValue())
+			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					add(name+"_bucket", labels("le", strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)), float64(b.GetCumulativeCount()))
+				}
+				add(name+"_sum", labels(), h.GetSampleSum())
+				add(name+"_count", labels(), float64(h.GetSampleCount()))
+			case dto.MetricType_SUMMARY:
+				sm := m.GetSummary()
+				for _, q := range sm.GetQuantile() {
+					add(name, labels("quantile", strconv.FormatFloat(q.GetQuantile(), 'g', -1, 64)), q.GetValue())
+				}
+				add(name+"_sum", labels(), sm.GetSampleSum())
+				add(name+"_count", labels(), float64(sm.GetSampleCount()))
 			default:
-				b.WriteByte(s[i])
+				add(name, labels(), m.GetUntyped().GetValue())
 			}
-		default:
-			b.WriteByte(c)
 		}
 	}
-	return "", 0, fmt.Errorf("unterminated value")
-}
-
-func parseValue(s string) (float64, error) {
-	switch s {
-	case "+Inf":
-		return math.Inf(1), nil
-	case "-Inf":
-		return math.Inf(-1), nil
-	case "NaN":
-		return math.NaN(), nil
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bad value %q: %w", s, err)
-	}
-	return v, nil
+	return out, nil
 }
 
 // Get returns the value of the series name whose labels include every
