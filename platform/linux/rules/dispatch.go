@@ -3,6 +3,7 @@ package rules
 import (
 	"net/netip"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -168,4 +169,94 @@ func (r *renderer) nodeIPs(node proxy.Node, local []netip.Addr) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// writeDispatch decides each dispatch chain's mode and writes the shards
+// that changed. The parents are written by writeBase.
+func (p *Planner) writeDispatch(w *planWriter, full bool) (modeChanged [2]bool) {
+	for i, d := range p.disp {
+		modeChanged[i] = d.decideMode(p.cfg.ShardThreshold)
+		if !d.sharded {
+			if modeChanged[i] {
+				var shards []string
+				for name := range p.believed[0] {
+					if isShardOf(d, name) {
+						shards = append(shards, name)
+					}
+				}
+				sort.Strings(shards)
+				for _, name := range shards {
+					p.drop(w, 0, name)
+				}
+			}
+			continue
+		}
+		var keys []uint16
+		if modeChanged[i] || full {
+			keys = sortedKeys(d.members)
+		} else {
+			for k := range d.dirty {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+		}
+		for _, k := range keys {
+			name := d.shardName(k)
+			m := d.members[k]
+			if len(m) == 0 {
+				p.drop(w, 0, name)
+				continue
+			}
+			b := &builder{chain: name}
+			for _, n := range sortedNames(m) {
+				for _, e := range p.ports[n].entries {
+					if e.disp == i && e.key == k {
+						b.add(e.spec)
+					}
+				}
+			}
+			p.emit(w, 0, b.out())
+		}
+	}
+	return modeChanged
+}
+
+func dispatchIndex(d *dispatch) int {
+	if d.parent == ChainServices {
+		return dispServices
+	}
+	return dispNodePorts
+}
+
+func isShardOf(d *dispatch, chain string) bool {
+	prefix := shardServices
+	if d.parent == ChainNodePorts {
+		prefix = shardNodePorts
+	}
+	return len(chain) > len(prefix) && chain[:len(prefix)] == prefix
+}
+
+// dispatchBody renders a dispatch parent: all entries (flat) or one jump per
+// shard (sharded).
+func (p *Planner) dispatchBody(b *builder, d *dispatch) {
+	di := dispatchIndex(d)
+	if d.sharded {
+		for _, k := range sortedKeys(d.members) {
+			b.add(d.shardMatch(k, p.cfg.is6()), "-j", d.shardName(k))
+		}
+		return
+	}
+	all := map[proxy.ServicePortName]struct{}{}
+	for _, m := range d.members {
+		for n := range m {
+			all[n] = struct{}{}
+		}
+	}
+	for _, n := range sortedNames(all) {
+		for _, e := range p.ports[n].entries {
+			if e.disp == di {
+				b.add(e.spec)
+			}
+		}
+	}
 }
