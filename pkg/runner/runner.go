@@ -4,10 +4,12 @@
 //  1. Two runs start at least MinInterval apart; Triggers in between coalesce
 //     into one run as soon as MinInterval has passed.
 //  2. A run starts at most MaxInterval after the previous one, triggered or not.
-//  3. After a failed run, the next run comes after a backoff (doubling from
-//     MinInterval, capped at MaxInterval) unless a Trigger comes sooner, and
-//     it is full. The first run is full, and a run is full when FullInterval
-//     has passed since the last successful full run.
+//  3. After a failed run, the next run comes after a backoff that doubles
+//     from MinInterval with each failure in a row, capped at MaxInterval, and
+//     it is full. Triggers do not shorten a backoff (they coalesce into the
+//     retry): under churn, a failing sync is not repeated every MinInterval.
+//     The first run is full, and a run is full when FullInterval has passed
+//     since the last successful full run.
 //
 // Runs never overlap: Run calls the function from a single goroutine.
 package runner
@@ -85,10 +87,10 @@ func (r *Runner) Run(ctx context.Context) {
 		switch {
 		case lastRun.IsZero():
 			due = now
+		case !retryAt.IsZero():
+			due = retryAt // a backoff holds whatever triggers come
 		case pending:
 			due = lastRun.Add(r.opts.MinInterval)
-		case !retryAt.IsZero():
-			due = retryAt
 		default:
 			due = lastRun.Add(r.opts.MaxInterval)
 		}

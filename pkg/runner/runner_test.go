@@ -83,6 +83,15 @@ func (h *harness) settle() {
 	}
 }
 
+// triggerNoRun triggers and checks that no run follows at the current fake
+// time (the runner gets a moment of real time to react first).
+func (h *harness) triggerNoRun() {
+	h.t.Helper()
+	h.r.Trigger()
+	time.Sleep(20 * time.Millisecond)
+	h.none()
+}
+
 // stepTo moves the fake clock to the given offset from the start.
 func (h *harness) stepTo(at time.Duration) {
 	h.settle()
@@ -135,13 +144,28 @@ func TestFailureBacksOffAndForcesFull(t *testing.T) {
 	h.expect(3*time.Second, true) // fails: retry after 4s
 	h.stepTo(7 * time.Second)
 	h.expect(7*time.Second, true) // fails: retry after 8s, capped at 10
-	// A trigger during backoff runs sooner (MinInterval after the last run).
-	h.stepTo(8 * time.Second)
+	// Triggers during a backoff do not cut it short: they wait for the retry.
+	for _, at := range []time.Duration{8, 10, 12, 14} {
+		h.stepTo(at * time.Second)
+		h.triggerNoRun()
+	}
+	h.stepTo(15 * time.Second)
+	h.expect(15*time.Second, true) // succeeds
 	h.r.Trigger()
-	h.expect(8*time.Second, true) // succeeds
-	h.r.Trigger()
-	h.stepTo(9 * time.Second)
-	h.expect(9*time.Second, false)
+	h.stepTo(16 * time.Second)
+	h.expect(16*time.Second, false)
+}
+
+func TestBackoffCapsAtMaxInterval(t *testing.T) {
+	h := newHarness(t, Options{MinInterval: time.Second, MaxInterval: 5 * time.Second}, 100)
+	h.expect(0, true)
+	want := []time.Duration{1, 3, 7, 12, 17, 22} // 1, 2, 4, then 5 (the cap)
+	for _, at := range want {
+		h.stepTo(at*time.Second - time.Millisecond)
+		h.triggerNoRun() // churn
+		h.stepTo(at * time.Second)
+		h.expect(at*time.Second, true)
+	}
 }
 
 func TestPeriodicFullSync(t *testing.T) {
