@@ -72,7 +72,7 @@ func record(m *metrics.Metrics) {
 	x := m.IPTables(f)
 	x.RestoreFailed(true)
 	x.Rules("nat", 1, 1)
-	x.ConntrackDeleted(1)
+	x.Conntrack(1, time.Millisecond, true)
 	m.HNSCall("ListLoadBalancers", time.Millisecond)
 	m.HNSError("ListLoadBalancers", "none")
 }

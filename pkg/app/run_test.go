@@ -54,7 +54,7 @@ func TestMetricsAfterSync(t *testing.T) {
 		"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total": dto.MetricType_COUNTER,
 		"kubeproxy_sync_proxy_rules_no_local_endpoints_total":                dto.MetricType_GAUGE,
 		"kubeproxy_proxy_healthz_total":                                      dto.MetricType_COUNTER,
-		"kproxy_conntrack_entries_deleted_total":                             dto.MetricType_COUNTER,
+		"kubeproxy_conntrack_reconciler_deleted_entries_total":               dto.MetricType_COUNTER,
 		"kproxy_sync_failures_total":                                         dto.MetricType_COUNTER,
 		"kproxy_build_info":                                                  dto.MetricType_GAUGE,
 		"process_cpu_seconds_total":                                          dto.MetricType_COUNTER,

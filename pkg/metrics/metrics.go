@@ -74,6 +74,8 @@ type Metrics struct {
 	iptablesRules          *prometheus.GaugeVec
 	iptablesRulesLast      *prometheus.GaugeVec
 	conntrackDeleted       *prometheus.CounterVec
+	conntrackDuration      *prometheus.HistogramVec
+	conntrackFailures      *prometheus.CounterVec
 
 	hnsDuration *prometheus.HistogramVec
 	hnsErrors   *prometheus.CounterVec
@@ -139,7 +141,9 @@ func New(o Options) *Metrics {
 	m.partialRestoreFailures = counter(upstream, "sync_proxy_rules_iptables_partial_restore_failures_total", "Cumulative proxy iptables partial restore failures", family)
 	m.iptablesRules = gauge(upstream, "sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", family, "table")
 	m.iptablesRulesLast = gauge(upstream, "sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", family, "table")
-	m.conntrackDeleted = counter(own, "conntrack_entries_deleted_total", "Stale conntrack entries deleted after syncs", family)
+	m.conntrackDeleted = counter(upstream, "conntrack_reconciler_deleted_entries_total", "Cumulative conntrack flows deleted by conntrack reconciler", family)
+	m.conntrackDuration = hist(upstream, "conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, family)
+	m.conntrackFailures = counter(own, "conntrack_reconciler_failures_total", "Rounds of stale conntrack cleanup that failed (retried with the next sync; they never fail a sync)", family)
 
 	m.hnsDuration = hist(own, "hns_call_duration_seconds", "Latency of HNS calls in seconds, successful or not, by operation", hnsBuckets, "operation")
 	m.hnsErrors = counter(own, "hns_errors_total", "Failed HNS calls by operation and HNS error code", "operation", "code")
@@ -161,7 +165,8 @@ func New(o Options) *Metrics {
 		)
 	}
 	if o.Mode != ModeKernelspace {
-		m.reg.MustRegister(m.restoreFailures, m.partialRestoreFailures, m.iptablesRules, m.iptablesRulesLast, m.conntrackDeleted)
+		m.reg.MustRegister(m.restoreFailures, m.partialRestoreFailures, m.iptablesRules, m.iptablesRulesLast, m.conntrackDeleted,
+			m.conntrackDuration, m.conntrackFailures)
 	}
 	if o.Mode != ModeIPTables {
 		m.reg.MustRegister(m.hnsDuration, m.hnsErrors)
@@ -185,6 +190,7 @@ func (m *Metrics) Families(fams ...v1.IPFamily) {
 		m.restoreFailures.WithLabelValues(fs)
 		m.partialRestoreFailures.WithLabelValues(fs)
 		m.conntrackDeleted.WithLabelValues(fs)
+		m.conntrackFailures.WithLabelValues(fs)
 		m.noLocalEndpoints.WithLabelValues(fs, TrafficPolicyInternal)
 		m.noLocalEndpoints.WithLabelValues(fs, TrafficPolicyExternal)
 		for _, c := range causes {

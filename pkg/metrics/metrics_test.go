@@ -72,7 +72,9 @@ var (
 		"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total": dto.MetricType_COUNTER,
 		"kubeproxy_sync_proxy_rules_iptables_total":                          dto.MetricType_GAUGE,
 		"kubeproxy_sync_proxy_rules_iptables_last":                           dto.MetricType_GAUGE,
-		"kproxy_conntrack_entries_deleted_total":                             dto.MetricType_COUNTER,
+		"kubeproxy_conntrack_reconciler_deleted_entries_total":               dto.MetricType_COUNTER,
+		"kubeproxy_conntrack_reconciler_sync_duration_seconds":               dto.MetricType_HISTOGRAM,
+		"kproxy_conntrack_reconciler_failures_total":                         dto.MetricType_COUNTER,
 	}
 	hnsOnly = map[string]dto.MetricType{
 		"kproxy_hns_call_duration_seconds": dto.MetricType_HISTOGRAM,
@@ -88,6 +90,7 @@ func touch(m *Metrics) {
 	m.Synced(v1.IPv4Protocol, false, time.Millisecond)
 	m.Programmed(v1.IPv4Protocol, []time.Time{t0})
 	m.Served("/healthz", 200)
+	m.IPTables(v1.IPv4Protocol).Conntrack(1, time.Millisecond, false)
 	m.Served("/livez", 200)
 	ipt := m.IPTables(v1.IPv4Protocol)
 	ipt.Rules("nat", 10, 2)
@@ -255,13 +258,13 @@ func TestIPTables(t *testing.T) {
 	v6.RestoreFailed(true)
 	v4.Rules("nat", 120, 7)
 	v4.Rules("filter", 30, 0)
-	v4.ConntrackDeleted(4)
-	v4.ConntrackDeleted(0)
-	v6.ConntrackDeleted(-1)
+	v4.Conntrack(4, time.Millisecond, false)
+	v4.Conntrack(0, time.Millisecond, true)
+	v6.Conntrack(-1, time.Millisecond, false)
 	var nilRecorder *IPTablesMetrics
 	nilRecorder.RestoreFailed(true)
 	nilRecorder.Rules("nat", 1, 1)
-	nilRecorder.ConntrackDeleted(1)
+	nilRecorder.Conntrack(1, time.Millisecond, true)
 	for _, tc := range []struct {
 		name string
 		c    prometheus.Collector
@@ -276,6 +279,8 @@ func TestIPTables(t *testing.T) {
 		{"filter total", m.iptablesRules.WithLabelValues("IPv4", "filter"), 30},
 		{"conntrack v4", m.conntrackDeleted.WithLabelValues("IPv4"), 4},
 		{"conntrack v6", m.conntrackDeleted.WithLabelValues("IPv6"), 0},
+		{"conntrack failures v4", m.conntrackFailures.WithLabelValues("IPv4"), 1},
+		{"conntrack failures v6", m.conntrackFailures.WithLabelValues("IPv6"), 0},
 	} {
 		if got := testutil.ToFloat64(tc.c); got != tc.want {
 			t.Errorf("%s = %v, want %v", tc.name, got, tc.want)

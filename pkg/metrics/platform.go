@@ -49,12 +49,21 @@ func (x *IPTablesMetrics) Rules(table string, total, written int) {
 	x.m.iptablesRulesLast.WithLabelValues(x.family, table).Set(float64(written))
 }
 
-// ConntrackDeleted counts stale conntrack entries deleted after a sync.
-func (x *IPTablesMetrics) ConntrackDeleted(n int) {
-	if x == nil || n <= 0 {
+// Conntrack records one round of stale conntrack cleanup after a sync:
+// kubeproxy_conntrack_reconciler_deleted_entries_total and
+// kubeproxy_conntrack_reconciler_sync_duration_seconds as upstream, and
+// kproxy_conntrack_reconciler_failures_total when the round failed.
+func (x *IPTablesMetrics) Conntrack(deleted int, d time.Duration, failed bool) {
+	if x == nil {
 		return
 	}
-	x.m.conntrackDeleted.WithLabelValues(x.family).Add(float64(n))
+	if deleted > 0 {
+		x.m.conntrackDeleted.WithLabelValues(x.family).Add(float64(deleted))
+	}
+	x.m.conntrackDuration.WithLabelValues(x.family).Observe(d.Seconds())
+	if failed {
+		x.m.conntrackFailures.WithLabelValues(x.family).Inc()
+	}
 }
 
 // HNSCall observes the latency of one HNS call by operation, successful or

@@ -47,15 +47,17 @@ type Metrics interface {
 	// Rules records, after a successful sync, the rules kproxy owns in a
 	// table ("nat", "filter") and how many the sync wrote there.
 	Rules(table string, total, written int)
-	// ConntrackDeleted counts stale conntrack entries deleted.
-	ConntrackDeleted(n int)
+	// Conntrack records one round of stale-flow cleanup: the entries
+	// deleted, how long it took, and whether it failed (failed rounds are
+	// retried with the next sync and never fail one).
+	Conntrack(deleted int, d time.Duration, failed bool)
 }
 
 type noMetrics struct{}
 
 func (noMetrics) RestoreFailed(bool)     {}
 func (noMetrics) Rules(string, int, int) {}
-func (noMetrics) ConntrackDeleted(int)   {}
+func (noMetrics) Conntrack(int, time.Duration, bool) {}
 
 // SyncResult describes the last sync, for logs and metrics.
 type SyncResult struct {
@@ -83,8 +85,9 @@ type Backend struct {
 	needFull   bool
 	tookOver   bool
 	localAddrs []netip.Addr
-	// pendingCT holds conntrack filters of plans whose cleanup failed.
-	pendingCT []rules.ConntrackFilter
+	// pendingCT holds the conntrack cleanups still to do: those of plans
+	// whose cleanup failed, one per frontend (see conntrackQueue).
+	pendingCT conntrackQueue
 	last      SyncResult
 }
 
@@ -192,11 +195,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 			errs = append(errs, fmt.Errorf("enabling localhost NodePorts: %w", err))
 		}
 	}
-	deleted, err := b.cleanConntrack(plan.Conntrack)
-	b.opts.Metrics.ConntrackDeleted(deleted)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	deleted := b.cleanConntrack(plan.Conntrack)
 	if len(errs) > 0 {
 		b.needFull = true
 		return errors.Join(errs...)
@@ -251,10 +250,8 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 		}
 		if err != nil {
 			b.planner.Invalidate()
-			if len(plan.Conntrack) > 0 {
-				// Keep the cleanups a failed plan computed.
-				b.pendingCT = append(b.pendingCT, plan.Conntrack...)
-			}
+			// Keep the cleanups a failed plan computed.
+			b.pendingCT.add(plan.Conntrack)
 			return nil, fmt.Errorf("%w: %s: writing %d chains (%d bytes): %w", errRestore, b.opts.Iptables.Describe(), plan.Stats.WrittenChains, len(restore), err)
 		}
 	}
@@ -376,21 +373,26 @@ func (b *Backend) save(ctx context.Context, tables ...string) (map[string][]byte
 	return out, nil
 }
 
-// cleanConntrack deletes stale flows once the rules are in place. Filters
-// of a failed cleanup are retried with the next sync.
-func (b *Backend) cleanConntrack(filters []rules.ConntrackFilter) (int, error) {
-	filters = append(b.pendingCT, filters...)
-	b.pendingCT = nil
-	if len(filters) == 0 {
-		return 0, nil
+// cleanConntrack deletes stale flows once the rules are in place and
+// returns how many it deleted. A failure (netlink's dump interrupted by a
+// busy table, say) never fails the sync: it is logged and counted, and the
+// filters wait, merged per frontend, for the next sync.
+func (b *Backend) cleanConntrack(filters []rules.ConntrackFilter) int {
+	b.pendingCT.add(filters)
+	if b.pendingCT.empty() {
+		return 0
 	}
-	m := rules.NewConntrackMatcher(filters)
+	start := time.Now()
+	m := rules.NewConntrackMatcher(b.pendingCT.filters())
 	n, err := b.opts.Conntrack.DeleteFlows(b.family, m.Match)
+	b.opts.Metrics.Conntrack(n, time.Since(start), err != nil)
 	if err != nil {
-		b.pendingCT = filters
-		return n, fmt.Errorf("deleting stale %s conntrack flows: %w", b.family, err)
+		klog.ErrorS(err, "Deleting stale conntrack flows failed; retrying with the next sync", "family", b.family,
+			"frontends", b.pendingCT.len(), "deleted", n)
+		return n
 	}
-	return n, nil
+	b.pendingCT.clear()
+	return n
 }
 
 // DryRun writes the exact iptables-restore input a full sync of snap would
