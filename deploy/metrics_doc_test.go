@@ -27,7 +27,7 @@ func servedMetrics(t *testing.T) []metricRow {
 	t.Helper()
 	rows := map[string]*metricRow{}
 	for _, mode := range []string{string(config.ModeIPTables), string(config.ModeKernelspace)} {
-		m := metrics.New(metrics.Options{Mode: mode, Version: "doc", Pending: func() (int, int) { return 0, 0 }})
+		m := metrics.New(metrics.Options{Mode: mode, Version: "doc", Pending: func() (int, int) { return 0, 0 }, FrontendConflicts: func() int { return 0 }})
 		record(m)
 		fams, err := m.Gatherer().Gather()
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -158,7 +159,15 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		}
 	}
 	q := &queue{}
-	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: q.notify})
+	// Frontend conflicts found by the cache become warnings (log + Event)
+	// once the reporter exists; until then (dry run) the cache's log says it.
+	var warn atomic.Pointer[reporter]
+	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: q.notify,
+		Conflict: func(svc types.NamespacedName, reason, message string) {
+			if r := warn.Load(); r != nil {
+				r.warn(svc, reason, message)
+			}
+		}})
 	uids := newServiceUIDs()
 	srcErr := make(chan error, 1)
 	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: uids}) }()
@@ -182,7 +191,8 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		}
 	}
 	rep := newReporter(logger, recorder, o.NodeName, uids)
-	m := metrics.New(metrics.Options{Mode: name, Version: buildVersion(), Pending: c.Pending, Clock: d.Clock})
+	warn.Store(rep)
+	m := metrics.New(metrics.Options{Mode: name, Version: buildVersion(), Pending: c.Pending, FrontendConflicts: c.FrontendConflicts, Clock: d.Clock})
 	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Warn: rep.warn, Metrics: m})
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", name, err)

@@ -43,6 +43,14 @@ type fakeBackend struct {
 	fail   error
 	syncs  []proxy.Changes
 	warn   func(Env)
+	// quarantine lists the ports the backend says it left out.
+	quarantine []proxy.QuarantinedPort
+}
+
+func (b *fakeBackend) Quarantined() []proxy.QuarantinedPort {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.quarantine
 }
 
 func (b *fakeBackend) Sync(_ context.Context, _ *proxy.Snapshot, ch proxy.Changes) error {

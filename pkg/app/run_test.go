@@ -19,6 +19,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
 // sliceWithTrigger is the web slice with a second endpoint and a trigger
@@ -208,6 +209,41 @@ func TestManifestModeWarnsInLogs(t *testing.T) {
 	h.changed("second sync", gen)
 	if n := strings.Count(buf.String(), "Warning: the platform cannot honour part of a Service"); n != 1 {
 		t.Errorf("warning logged %d times, want once:\n%s", n, buf.String())
+	}
+}
+
+// TestQuarantinedPortsAreReportedAndSyncSucceeds: a backend that leaves out
+// a port the platform rejected still syncs successfully (health stays good);
+// the port is counted in kproxy_sync_quarantined_service_ports and warned
+// about once (log line; Event with an API server).
+func TestQuarantinedPortsAreReportedAndSyncSucceeds(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	buf := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
+	h := start(t, dir, run{ctx: ctx})
+	q := proxy.QuarantinedPort{Name: proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "cache"}, Protocol: v1.ProtocolSCTP},
+		Family: v1.IPv4Protocol, Reason: "iptables-restore: line 7 failed"}
+	gen := h.waitSync("first sync", succeeded).gen
+	h.backends[v1.IPv4Protocol].mu.Lock()
+	h.backends[v1.IPv4Protocol].quarantine = []proxy.QuarantinedPort{q}
+	h.backends[v1.IPv4Protocol].mu.Unlock()
+	h.write("cache.yaml", strings.ReplaceAll(localOnlyYAML, "6379", "6380"))
+	h.changed("second sync", gen)
+	h.waitServers("metrics", "healthz")
+	if code := fetch(t, "http://"+h.servers["healthz"]+"/healthz").code; code != 200 {
+		t.Errorf("/healthz %d with a quarantined port, want 200", code)
+	}
+	fams := scrape(t, h.servers["metrics"])
+	got := map[string]float64{}
+	for _, m := range fams["kproxy_sync_quarantined_service_ports"].GetMetric() {
+		got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+	}
+	if got["IPv4"] != 1 || got["IPv6"] != 0 {
+		t.Errorf("kproxy_sync_quarantined_service_ports %v, want IPv4 1, IPv6 0", got)
+	}
+	if n := strings.Count(buf.String(), "reason=\"Quarantined\""); n != 1 {
+		t.Errorf("quarantine warned %d times, want once:\n%s", n, buf.String())
 	}
 }
 

@@ -80,6 +80,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", b.Family, err))
 			continue
 		}
+		s.quarantined(b)
 		s.metrics.Synced(b.Family, ch.Full, took)
 		s.metrics.NoLocalEndpoints(b.Family, snap.Family(b.Family))
 		s.health.Updated(b.Family)
@@ -102,6 +103,31 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		logChanges(s.log, snap, ch)
 	}
 	return snap, nil
+}
+
+// ReasonQuarantined is the reason of the warnings about service ports a
+// backend left out because the platform rejected them.
+const ReasonQuarantined = "Quarantined"
+
+// quarantined publishes what a backend that isolates rejected service ports
+// left out in its last sync: the kproxy_sync_quarantined_service_ports
+// gauge, and for each port a warning (log line and Warning Event on its
+// Service, once per Service). The sync itself succeeded: everything else is
+// programmed, and health stays good.
+func (s *syncer) quarantined(b FamilyBackend) {
+	q, ok := b.Backend.(proxy.Quarantiner)
+	if !ok {
+		return
+	}
+	ports := q.Quarantined()
+	s.metrics.Quarantined(b.Family, len(ports))
+	for _, p := range ports {
+		s.log.V(2).Info("Service port left out of the rules", "servicePort", p.Name.String(), "family", p.Family,
+			"since", p.Since, "retry", p.Retry, "reason", p.Reason)
+		s.reporter.warn(p.Name.NamespacedName, ReasonQuarantined, fmt.Sprintf(
+			"node %s: service port %s (%s) is not programmed: the platform rejected it: %s; kproxy retries it with backoff and programs every other Service",
+			s.reporter.nodeName, p.Name, p.Family, p.Reason))
+	}
 }
 
 // triggersSince keeps the trigger times after start. Like upstream, changes

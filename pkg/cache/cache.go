@@ -11,6 +11,7 @@
 package cache
 
 import (
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -34,13 +35,24 @@ type Options struct {
 	// Logger receives one warning per bad field of an object change.
 	// Defaults to klog's global logger.
 	Logger *klog.Logger
+	// Conflict, when set, is told (from Snapshot, with the cache locked: it
+	// must not block nor call the cache) about each frontend a Service
+	// claims but may not have: an externalIP or load balancer IP that is
+	// some Service's ClusterIP. It is called again at each recomputation of
+	// the offending Service while the conflict lasts.
+	Conflict func(svc types.NamespacedName, reason, message string)
 }
+
+// ReasonFrontendConflict is the reason of the warnings about frontends a
+// Service claims but may not have (see Options.Conflict).
+const ReasonFrontendConflict = "FrontendConflict"
 
 // Cache is the shared, node-local desired state. It is safe for concurrent use.
 type Cache struct {
 	nodeName string
 	notify   func()
 	log      klog.Logger
+	conflict func(svc types.NamespacedName, reason, message string)
 
 	mu       sync.Mutex
 	synced   bool
@@ -49,6 +61,16 @@ type Cache struct {
 	// slices by Service, then by slice name.
 	slices map[types.NamespacedName]map[string]*sliceInfo
 	node   proxy.Node
+	// owners counts the Services whose ClusterIP each address is; claims
+	// lists, per address, the Services naming it as an externalIP or load
+	// balancer IP. Together they enforce frontend ownership: a ClusterIP
+	// belongs to its Service, and no Service may capture it as an external
+	// frontend.
+	owners map[netip.Addr]int
+	claims map[netip.Addr]map[types.NamespacedName]struct{}
+	// conflicts counts the external frontends left out for that reason in
+	// the published state, per Service.
+	conflicts map[types.NamespacedName]int
 	// dirty Services to recompute at the next Snapshot.
 	dirty map[types.NamespacedName]struct{}
 	// allDirty asks for every Service to be recomputed (topology change).
@@ -93,6 +115,10 @@ func New(opts Options) *Cache {
 		portNames: map[types.NamespacedName][]proxy.ServicePortName{},
 		changed:   map[proxy.ServicePortName]uint64{},
 		node:      proxy.Node{Name: opts.NodeName},
+		conflict:  opts.Conflict,
+		owners:    map[netip.Addr]int{},
+		claims:    map[netip.Addr]map[types.NamespacedName]struct{}{},
+		conflicts: map[types.NamespacedName]int{},
 	}
 	if opts.Logger != nil {
 		c.log = *opts.Logger
@@ -127,6 +153,7 @@ func (c *Cache) OnService(old, cur *v1.Service) {
 		return
 	}
 	c.mu.Lock()
+	c.index(name, c.services[name], info)
 	if info == nil {
 		delete(c.services, name)
 	} else {
@@ -299,7 +326,9 @@ func (c *Cache) recomputeLocked(gen uint64) bool {
 	any := false
 	for name := range c.dirty {
 		var fresh [2][]*proxy.ServicePort
+		delete(c.conflicts, name)
 		if svc := c.services[name]; svc != nil {
+			svc = c.ownedFrontends(svc)
 			sl := sortedSlices(c.slices[name])
 			for fam := range fresh {
 				fresh[fam] = servicePorts(svc, sl, fam, &c.node)

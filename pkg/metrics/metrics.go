@@ -48,6 +48,10 @@ type Options struct {
 	// *_changes_pending gauges: the Service and EndpointSlice events not yet
 	// programmed.
 	Pending func() (services, endpoints int)
+	// FrontendConflicts, when set, is read at every scrape for
+	// kproxy_frontend_conflicts: external frontends left out because they
+	// are a Service's ClusterIP.
+	FrontendConflicts func() int
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 }
@@ -68,6 +72,7 @@ type Metrics struct {
 	noLocalEndpoints    *prometheus.GaugeVec
 	healthz, livez      *prometheus.CounterVec
 	syncFailures        *prometheus.CounterVec
+	quarantined         *prometheus.GaugeVec
 
 	restoreFailures        *prometheus.CounterVec
 	partialRestoreFailures *prometheus.CounterVec
@@ -134,6 +139,7 @@ func New(o Options) *Metrics {
 	m.healthz = counter(upstream, "proxy_healthz_total", "Cumulative proxy healthz HTTP status", "code")
 	m.livez = counter(upstream, "proxy_livez_total", "Cumulative proxy livez HTTP status", "code")
 	m.syncFailures = counter(own, "sync_failures_total", "Failed syncs by IP family and cause (timeout, unavailable, rejected, other)", family, "cause")
+	m.quarantined = gauge(own, "sync_quarantined_service_ports", "Service ports left out of the node's rules because the platform rejected them (retried with backoff; everything else is programmed)", family)
 	buildInfo := gauge(own, "build_info", "A metric with a constant '1' value labeled by the kproxy version, the Go version it was built with and the platform it runs on", "version", "go_version", "platform")
 	buildInfo.WithLabelValues(o.Version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH).Set(1)
 
@@ -153,8 +159,14 @@ func New(o Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
 		m.programming, m.endpointChanges, m.serviceChanges, m.noLocalEndpoints,
-		m.healthz, m.livez, m.syncFailures, buildInfo,
+		m.healthz, m.livez, m.syncFailures, m.quarantined, buildInfo,
 	)
+	if o.FrontendConflicts != nil {
+		conflicts := o.FrontendConflicts
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: own, Name: "frontend_conflicts",
+			Help: "External frontends (externalIPs, load balancer IPs) left out because they are a Service's ClusterIP"},
+			func() float64 { return float64(conflicts()) }))
+	}
 	if o.Pending != nil {
 		pending := o.Pending
 		m.reg.MustRegister(
@@ -191,12 +203,19 @@ func (m *Metrics) Families(fams ...v1.IPFamily) {
 		m.partialRestoreFailures.WithLabelValues(fs)
 		m.conntrackDeleted.WithLabelValues(fs)
 		m.conntrackFailures.WithLabelValues(fs)
+		m.quarantined.WithLabelValues(fs)
 		m.noLocalEndpoints.WithLabelValues(fs, TrafficPolicyInternal)
 		m.noLocalEndpoints.WithLabelValues(fs, TrafficPolicyExternal)
 		for _, c := range causes {
 			m.syncFailures.WithLabelValues(fs, string(c))
 		}
 	}
+}
+
+// Quarantined records how many service ports of family the last sync left
+// out because the platform rejected them.
+func (m *Metrics) Quarantined(f v1.IPFamily, n int) {
+	m.quarantined.WithLabelValues(string(f)).Set(float64(n))
 }
 
 // Queued records that a change for family was queued for programming.

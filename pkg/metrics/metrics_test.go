@@ -63,6 +63,8 @@ var (
 		"kubeproxy_proxy_healthz_total":                            dto.MetricType_COUNTER,
 		"kubeproxy_proxy_livez_total":                              dto.MetricType_COUNTER,
 		"kproxy_sync_failures_total":                               dto.MetricType_COUNTER,
+		"kproxy_sync_quarantined_service_ports":                    dto.MetricType_GAUGE,
+		"kproxy_frontend_conflicts":                                dto.MetricType_GAUGE,
 		"kproxy_build_info":                                        dto.MetricType_GAUGE,
 		"process_start_time_seconds":                               dto.MetricType_GAUGE,
 		"go_goroutines":                                            dto.MetricType_GAUGE,
@@ -108,7 +110,7 @@ func TestRegisteredPerMode(t *testing.T) {
 		{"", []map[string]dto.MetricType{common, iptablesOnly, hnsOnly}, nil},
 	} {
 		t.Run("mode="+tc.mode, func(t *testing.T) {
-			m := New(Options{Mode: tc.mode, Version: "v9.9.9", Pending: func() (int, int) { return 0, 0 },
+			m := New(Options{Mode: tc.mode, Version: "v9.9.9", Pending: func() (int, int) { return 0, 0 }, FrontendConflicts: func() int { return 0 },
 				Clock: clocktesting.NewFakePassiveClock(t0)})
 			touch(m)
 			got := families(t, m)

@@ -208,13 +208,7 @@ func (p *Planner) writeDispatch(w *planWriter, full bool) (modeChanged [2]bool) 
 				continue
 			}
 			b := &builder{chain: name}
-			for _, n := range sortedNames(m) {
-				for _, e := range p.ports[n].entries {
-					if e.disp == i && e.key == k {
-						b.add(e.spec)
-					}
-				}
-			}
+			p.addEntries(b, sortedNames(m), i, func(e entry) bool { return e.key == k })
 			p.emit(w, 0, b.out())
 		}
 	}
@@ -252,10 +246,19 @@ func (p *Planner) dispatchBody(b *builder, d *dispatch) {
 			all[n] = struct{}{}
 		}
 	}
-	for _, n := range sortedNames(all) {
-		for _, e := range p.ports[n].entries {
-			if e.disp == di {
-				b.add(e.spec)
+	p.addEntries(b, sortedNames(all), di, func(entry) bool { return true })
+}
+
+// addEntries adds the entries of dispatch table di that match, of the ports
+// names in order: first every ClusterIP entry, then every external one (an
+// external frontend never shadows a ClusterIP, whatever the names).
+func (p *Planner) addEntries(b *builder, names []proxy.ServicePortName, di int, match func(entry) bool) {
+	for _, external := range []bool{false, true} {
+		for _, n := range names {
+			for _, e := range p.ports[n].entries {
+				if e.disp == di && e.external == external && match(e) {
+					b.add(e.spec)
+				}
 			}
 		}
 	}

@@ -27,6 +27,10 @@ type entry struct {
 	disp int
 	key  uint16
 	spec string
+	// external marks an externalIP or load balancer IP entry: in a
+	// dispatch chain, every ClusterIP entry comes before every external
+	// one, so no external frontend can shadow a ClusterIP.
+	external bool
 }
 
 // chainOut is one rendered chain: its rules as restore lines.
@@ -364,19 +368,20 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 	// Dispatch entries.
 	comment := "-m comment --comment " + commentOf(sp.Name)
 	pm := " -m " + proto + " --dport " + strconv.Itoa(int(sp.Port))
-	dispatch := func(a netip.Addr, target string) {
+	dispatch := func(a netip.Addr, target string, external bool) {
 		out.entries = append(out.entries, entry{
-			disp: dispServices,
-			key:  ipShardKey(a),
-			spec: "-d " + r.host(a) + " -p " + proto + " " + comment + pm + " -j " + target,
+			disp:     dispServices,
+			key:      ipShardKey(a),
+			spec:     "-d " + r.host(a) + " -p " + proto + " " + comment + pm + " -j " + target,
+			external: external,
 		})
 	}
-	dispatch(sp.ClusterIP, intTarget)
+	dispatch(sp.ClusterIP, intTarget, false)
 	for _, a := range extIPs {
-		dispatch(a, extTarget)
+		dispatch(a, extTarget, true)
 	}
 	for _, a := range lbIPs {
-		dispatch(a, lbTarget)
+		dispatch(a, lbTarget, true)
 	}
 	if nodePort != 0 {
 		out.entries = append(out.entries, entry{

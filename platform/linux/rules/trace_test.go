@@ -447,3 +447,23 @@ func TestTraceIPv6(t *testing.T) {
 		checkProbe(t, rs, h, pr)
 	}
 }
+
+// TestClusterIPNeverShadowed: even when an external frontend equal to
+// another Service's ClusterIP reaches the planner (the cache leaves such
+// frontends out), the ClusterIP's entry comes first in dispatch, so the
+// ClusterIP keeps going to its own Service, flat and sharded alike.
+func TestClusterIPNeverShadowed(t *testing.T) {
+	for _, threshold := range []int{1000, 1} {
+		t.Run(fmt.Sprintf("shard-threshold-%d", threshold), func(t *testing.T) {
+			term := svc("default/term", "10.96.0.60", 80, v1.ProtocolTCP, withEndpoints(ep(podRemote1, 8080, false)))
+			// Sorted before default/term: first in a name-ordered dispatch.
+			evil := svc("aaa/evil", "10.96.0.61", 80, v1.ProtocolTCP, withEndpoints(ep(podRemote2, 9999, false)), withExternalIPs("10.96.0.60"))
+			cfg := testConfig(v1.IPv4Protocol)
+			cfg.ShardThreshold = threshold
+			rs, h := tracePlan(t, cfg, view(v1.IPv4Protocol, term, evil), false)
+			for _, from := range []client{fromPod, fromNode, fromOutside} {
+				checkProbe(t, rs, h, probe{from: from, dst: "10.96.0.60:80", want: answer(from != fromPod, podRemote1+":8080")})
+			}
+		})
+	}
+}
