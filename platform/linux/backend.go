@@ -302,7 +302,7 @@ func missingJumps(saves map[string][]byte) map[string][]string {
 	jumps := rules.Jumps()
 	for i := len(jumps) - 1; i >= 0; i-- {
 		j := jumps[i]
-		spec := strings.Join(quote(j.Spec), " ")
+		spec := j.Rule()
 		if !bytes.Contains(saves[j.Table], []byte("\n-A "+j.Chain+" "+spec+"\n")) {
 			extra[j.Table] = append(extra[j.Table], "-I "+j.Chain+" 1 "+spec)
 		}
@@ -335,20 +335,27 @@ func (b *Backend) deleteNFTable(ctx context.Context) {
 	}
 }
 
-// errCanary says the canary rule is gone: someone flushed a table or deleted
-// kproxy's chains.
-var errCanary = errors.New("the canary rule is gone")
+// errCanary says the canary rule or a jump rule is gone: someone flushed a
+// table or a built-in chain, or deleted kproxy's chains.
+var errCanary = errors.New("the canary rule or a jump rule is gone")
 
 // errRestore marks a failed iptables-restore run.
 var errRestore = errors.New("iptables-restore failed")
 
-// canaryOK reports whether both canary chains still hold their rule. A sync
-// that writes nothing checks them this way (one iptables -S per table); a
-// sync that writes checks them inside its restore.
+// canaryOK reports whether both canary chains still hold their rule and
+// every built-in chain its jump into kproxy's chains. A sync that writes
+// nothing checks them this way (one iptables -S per chain); a sync that
+// writes checks them inside its restore.
 func (b *Backend) canaryOK(ctx context.Context) bool {
 	for _, t := range []string{rules.TableNAT, rules.TableFilter} {
 		lines, err := b.opts.Iptables.List(ctx, t, rules.ChainCanary)
 		if err != nil || !slices.Contains(lines, "-A "+rules.ChainCanary+" -j RETURN") {
+			return false
+		}
+	}
+	for _, j := range rules.Jumps() {
+		lines, err := b.opts.Iptables.List(ctx, j.Table, j.Chain)
+		if err != nil || !slices.Contains(lines, "-A "+j.Chain+" "+j.Rule()) {
 			return false
 		}
 	}
@@ -413,7 +420,7 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	fmt.Fprintf(&buf, "# kproxy %s rules: input of %s --noflush\n", b.family, CommandsFor(b.family, "<flavour>").Restore)
 	fmt.Fprintf(&buf, "# %d service ports, %d chains, %d rules\n", plan.Stats.ServicePorts, plan.Stats.Chains, plan.Stats.Rules)
 	for _, j := range plan.Jumps {
-		fmt.Fprintf(&buf, "# ensured first in %s/%s: %s\n", j.Table, j.Chain, strings.Join(quote(j.Spec), " "))
+		fmt.Fprintf(&buf, "# ensured first in %s/%s: %s\n", j.Table, j.Chain, j.Rule())
 	}
 	for _, p := range plan.Problems {
 		fmt.Fprintf(&buf, "# skipped: %s\n", p)
@@ -423,16 +430,6 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	return err
 }
 
-func quote(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if strings.ContainsAny(a, " \t") {
-			a = `"` + a + `"`
-		}
-		out[i] = a
-	}
-	return out
-}
 
 // Cleanup removes everything kproxy owns in this family: its jump rules and
 // every KPROXY- chain of the nat and filter tables (including chains of

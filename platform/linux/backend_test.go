@@ -3,6 +3,7 @@ package linux
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -192,8 +193,8 @@ func TestSyncFullThenPartial(t *testing.T) {
 	if w.ipt.Calls["Restore"] != restores {
 		t.Errorf("a sync without changes ran iptables-restore:\n%s", w.ipt.Restores[len(w.ipt.Restores)-1])
 	}
-	if w.ipt.Calls["List"] != lists+2 || w.b.Last().Full {
-		t.Errorf("a sync without changes listed %d chains (want the 2 canaries), full=%v", w.ipt.Calls["List"]-lists, w.b.Last().Full)
+	if want := 2 + len(rules.Jumps()); w.ipt.Calls["List"] != lists+want || w.b.Last().Full {
+		t.Errorf("a sync without changes listed %d chains (want the 2 canaries and %d built-in chains), full=%v", w.ipt.Calls["List"]-lists, want-2, w.b.Last().Full)
 	}
 }
 
@@ -205,32 +206,40 @@ func TestSyncDetectsFlush(t *testing.T) {
 	}{
 		{name: "nat table flushed", tamper: "*nat\n-F\nCOMMIT\n", wantAll: true},
 		{name: "nat canary deleted", tamper: "*nat\n:KPROXY-CANARY - [0:0]\n-X KPROXY-CANARY\nCOMMIT\n", wantAll: true},
+		// Another agent rewriting built-in chains: kproxy's chains are all
+		// there, only the jumps into them are gone.
+		{name: "nat PREROUTING and OUTPUT flushed", tamper: "*nat\n-F PREROUTING\n-F OUTPUT\nCOMMIT\n", wantAll: true},
+		{name: "filter FORWARD flushed", tamper: "*filter\n-F FORWARD\nCOMMIT\n", wantAll: true},
 		{name: "untouched", tamper: "", wantAll: false},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, v1.IPv4Protocol, nil)
-			w.set("web", 1, proxytest.Ready(proxytest.PodA1))
-			w.set("other", 2, proxytest.Ready(proxytest.PodA1))
-			w.mustSync(false)
-			if tc.tamper != "" {
-				if err := w.ipt.Rules.Restore([]byte(tc.tamper), true); err != nil {
-					t.Fatal(err)
+		for _, change := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/change=%v", tc.name, change), func(t *testing.T) {
+				w := newWorld(t, v1.IPv4Protocol, nil)
+				w.set("web", 1, proxytest.Ready(proxytest.PodA1))
+				w.set("other", 2, proxytest.Ready(proxytest.PodA1))
+				w.mustSync(false)
+				if tc.tamper != "" {
+					if err := w.ipt.Rules.Restore([]byte(tc.tamper), true); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			if tc.name == "nat canary deleted" {
-				// A sync with nothing to write looks at the canary.
+				if change {
+					// A change notices through the checks in its restore.
+					w.set("other", 2, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
+				} // else a sync with nothing to write looks (iptables -S).
 				w.mustSync(false)
-			} else {
-				// A change notices through the canary in its restore.
-				w.set("other", 2, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
-				w.mustSync(false)
-			}
-			if w.b.Last().Full != tc.wantAll {
-				t.Errorf("sync after tampering: full=%v, want %v", w.b.Last().Full, tc.wantAll)
-			}
-			w.checkMatchesFullPlan()
-		})
+				if w.b.Last().Full != tc.wantAll {
+					t.Errorf("sync after tampering: full=%v, want %v", w.b.Last().Full, tc.wantAll)
+				}
+				w.checkMatchesFullPlan()
+				for _, j := range rules.Jumps() {
+					if ok, err := w.ipt.Rules.Exists(j.Table, j.Chain, j.Spec...); err != nil || !ok {
+						t.Errorf("jump %s/%s %s not repaired (%v)", j.Table, j.Chain, j.Rule(), err)
+					}
+				}
+			})
+		}
 	}
 }
 

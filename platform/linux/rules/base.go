@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // writeBase renders the fixed chains and writes those whose content changed.
@@ -138,6 +139,19 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 		}
 	}
 	p.drop(w, 0, ChainOffCluster)
+}
+
+// Rule renders the jump's spec as iptables-save prints it (arguments with
+// blanks quoted), without "-A CHAIN".
+func (j Jump) Rule() string {
+	parts := make([]string, len(j.Spec))
+	for i, a := range j.Spec {
+		if strings.ContainsAny(a, " \t") {
+			a = `"` + a + `"`
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
 }
 
 // Jumps lists the rules kproxy needs in built-in chains (also in every Plan).

@@ -368,11 +368,12 @@ var baseOrder = map[string]int{
 // render assembles the restore input: per table, the declaration of every
 // chain written or deleted (declaring flushes an existing chain), the rules of
 // the written chains (fixed chains first), the deletions, then the extra
-// lines. With canary, each table section also deletes and re-adds the
-// canary rule: if someone
-// flushed the table or deleted kproxy's chains since the last sync, the
-// deletion fails and so does the whole (atomic) restore, which tells the
-// caller to sync in full.
+// lines. With canary (partial plans), both table sections are written and
+// each also deletes and re-adds the canary rule and kproxy's jump rules in
+// the built-in chains: if someone flushed a table or a built-in chain, or
+// deleted kproxy's chains since the last sync, a deletion fails and so does
+// the whole (atomic) restore, which tells the caller to sync in full (which
+// puts everything back).
 func (p *Planner) render(w *planWriter, canary bool, extra map[string][]string) []byte {
 	size := 0
 	for _, lines := range extra {
@@ -391,7 +392,7 @@ func (p *Planner) render(w *planWriter, canary bool, extra map[string][]string) 
 	}
 	out := make([]byte, 0, size+256)
 	for ti, table := range []string{TableNAT, TableFilter} {
-		if len(w.written[ti]) == 0 && len(w.deleted[ti]) == 0 && len(extra[table]) == 0 {
+		if !canary && len(w.written[ti]) == 0 && len(w.deleted[ti]) == 0 && len(extra[table]) == 0 {
 			continue
 		}
 		written := w.written[ti]
@@ -417,6 +418,14 @@ func (p *Planner) render(w *planWriter, canary bool, extra map[string][]string) 
 		}
 		if canary && !slices.ContainsFunc(written, func(c chainOut) bool { return c.name == ChainCanary }) {
 			out = append(out, "-D "+ChainCanary+" -j RETURN\n-A "+ChainCanary+" -j RETURN\n"...)
+		}
+		if canary {
+			for _, j := range Jumps() {
+				if j.Table == table {
+					rule := j.Rule()
+					out = append(out, "-D "+j.Chain+" "+rule+"\n-I "+j.Chain+" 1 "+rule+"\n"...)
+				}
+			}
 		}
 		for _, c := range written {
 			out = append(out, c.body...)
