@@ -37,6 +37,10 @@ type Options struct {
 	Host      Host
 	// Metrics receives what each sync did (nil: none).
 	Metrics Metrics
+	// RuleBudget caps the iptables rules one Service may need (estimated;
+	// 0: DefaultRuleBudget, negative: no cap). A Service over it is left
+	// out and reported.
+	RuleBudget int
 }
 
 // Metrics receives the iptables-specific results of syncs.
@@ -55,8 +59,8 @@ type Metrics interface {
 
 type noMetrics struct{}
 
-func (noMetrics) RestoreFailed(bool)     {}
-func (noMetrics) Rules(string, int, int) {}
+func (noMetrics) RestoreFailed(bool)                 {}
+func (noMetrics) Rules(string, int, int)             {}
 func (noMetrics) Conntrack(int, time.Duration, bool) {}
 
 // SyncResult describes the last sync, for logs and metrics.
@@ -85,6 +89,13 @@ type Backend struct {
 	needFull   bool
 	tookOver   bool
 	localAddrs []netip.Addr
+	// quarantine holds the service ports the kernel rejected (left out,
+	// retried with backoff); budgeted those over the rule budget.
+	quarantine map[proxy.ServicePortName]*quarantined
+	budgeted   map[proxy.ServicePortName]string
+	// excluded is what the last successful sync left out: a change of it
+	// makes the next sync full.
+	excluded map[proxy.ServicePortName]bool
 	// pendingCT holds the conntrack cleanups still to do: those of plans
 	// whose cleanup failed, one per frontend (see conntrackQueue).
 	pendingCT conntrackQueue
@@ -124,7 +135,11 @@ func New(opts Options) (*Backend, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = noMetrics{}
 	}
-	return &Backend{opts: opts, family: opts.Rules.Family, planner: planner, needFull: true}, nil
+	if opts.RuleBudget == 0 {
+		opts.RuleBudget = DefaultRuleBudget
+	}
+	return &Backend{opts: opts, family: opts.Rules.Family, planner: planner, needFull: true,
+		quarantine: map[proxy.ServicePortName]*quarantined{}}, nil
 }
 
 // Family returns the backend's IP family.
@@ -159,8 +174,13 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	} else {
 		b.localAddrs = addrs
 	}
-	full := ch.Full || b.needFull
-	plan, err := b.apply(ctx, snap, ch, full)
+	view := snap.Family(b.family)
+	if view == nil {
+		view = proxy.NewFamilyView(b.family, nil)
+	}
+	exclude := b.exclusions(ctx, view, start)
+	full := ch.Full || b.needFull || !sameSet(exclude, b.excluded)
+	plan, err := b.apply(ctx, snap, ch, full, exclude)
 	if err == nil && !full && plan.Stats.WrittenChains == 0 && plan.Stats.DeletedChains == 0 && !b.canaryOK(ctx) {
 		// Nothing to write, so no restore carried the canary check: look.
 		err = errCanary
@@ -177,12 +197,21 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		}
 		klog.InfoS("Partial sync failed (kproxy's chains flushed or changed behind its back?): full sync", "family", b.family, "err", err)
 		full = true
-		plan, err = b.apply(ctx, snap, ch, true)
+		plan, err = b.apply(ctx, snap, ch, true, exclude)
+	}
+	if err != nil && errors.Is(err, errRestore) {
+		b.opts.Metrics.RestoreFailed(false)
+		// Maybe some service ports' rules are what the kernel rejects:
+		// find and quarantine them, program everything else.
+		if ctx.Err() == nil && b.quarantineFailure(ctx, view, exclude, start) > 0 {
+			exclude = b.exclusions(ctx, view, start)
+			plan, err = b.apply(ctx, snap, ch, true, exclude)
+			if err != nil && errors.Is(err, errRestore) {
+				b.opts.Metrics.RestoreFailed(false)
+			}
+		}
 	}
 	if err != nil {
-		if errors.Is(err, errRestore) {
-			b.opts.Metrics.RestoreFailed(false)
-		}
 		b.fail()
 		return err
 	}
@@ -201,6 +230,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		return errors.Join(errs...)
 	}
 	b.needFull = false
+	b.excluded = exclude
 	b.last = SyncResult{Full: full, Duration: time.Since(start), Stats: plan.Stats, ConntrackDeleted: deleted}
 	klog.V(2).InfoS("Synced iptables rules", "family", b.family, "full", full, "servicePorts", plan.Stats.ServicePorts,
 		"chains", plan.Stats.Chains, "rules", plan.Stats.Rules, "writtenChains", plan.Stats.WrittenChains,
@@ -214,8 +244,8 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 // take-over of kube-proxy's rules (so kproxy's rules replace kube-proxy's in
 // one atomic step). A take-over that fails never blocks kproxy's own rules:
 // the restore is retried without it and the take-over with a later full sync.
-func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool) (*rules.Plan, error) {
-	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch}
+func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool, exclude map[proxy.ServicePortName]bool) (*rules.Plan, error) {
+	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude}
 	in.Changes.Full = full
 	var to *takeoverPlan
 	if full {
@@ -230,8 +260,10 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 		}
 		in.Existing = map[string]map[string]uint64{}
 		in.Extra = map[string][]string{}
+		in.Referenced = map[string]map[string]bool{}
 		for _, t := range []string{rules.TableNAT, rules.TableFilter} {
 			in.Existing[t] = rules.KernelChains(saves[t])
+			in.Referenced[t] = foreignReferences(saves[t])
 		}
 		in.Extra = missingJumps(saves)
 		if takeOver {
@@ -429,7 +461,6 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	_, err = w.Write(buf.Bytes())
 	return err
 }
-
 
 // Cleanup removes everything kproxy owns in this family: its jump rules and
 // every KPROXY- chain of the nat and filter tables (including chains of

@@ -55,7 +55,7 @@ func TestConntrackQueueIsBounded(t *testing.T) {
 		t.Fatalf("%d frontends queued, want the cap %d", q.len(), maxPendingConntrack)
 	}
 	// The newest survive.
-	if _, ok := q.byKey[keyOf(ctFilter(addr(maxPendingConntrack + 499)))]; !ok {
+	if _, ok := q.byKey[keyOf(ctFilter(addr(maxPendingConntrack+499)))]; !ok {
 		t.Error("the newest filter was dropped")
 	}
 	if _, ok := q.byKey[keyOf(ctFilter(addr(0)))]; ok {

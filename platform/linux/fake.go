@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -35,11 +36,15 @@ type FakeIptables struct {
 	Restores [][]byte
 	// FailNext, when set, makes the next call of that method fail once.
 	FailNext map[string]error
+	// Reject makes every restore whose input contains a key fail with its
+	// error, as the kernel rejects a rule it cannot load (SCTP without
+	// xt_sctp, say).
+	Reject map[string]error
 }
 
 // NewFakeIptables returns empty tables.
 func NewFakeIptables() *FakeIptables {
-	return &FakeIptables{Rules: ruleset.New(), Calls: map[string]int{}, FailNext: map[string]error{}}
+	return &FakeIptables{Rules: ruleset.New(), Calls: map[string]int{}, FailNext: map[string]error{}, Reject: map[string]error{}}
 }
 
 func (f *FakeIptables) enter(method string) error {
@@ -59,6 +64,11 @@ func (f *FakeIptables) Restore(_ context.Context, data []byte) error {
 		return err
 	}
 	defer f.mu.Unlock()
+	for key, err := range f.Reject {
+		if bytes.Contains(data, []byte(key)) {
+			return fmt.Errorf("fake iptables-restore: %w", err)
+		}
+	}
 	if err := f.Rules.Restore(data, true); err != nil {
 		return fmt.Errorf("fake iptables-restore: %w", err)
 	}

@@ -35,6 +35,14 @@ type Input struct {
 	// same transaction, after kproxy's chains are written: the applier's
 	// jump insertions and take-over deletions.
 	Extra map[string][]string
+	// Exclude lists service ports to leave out as if they did not exist
+	// (quarantined: the kernel rejected them, or they exceed the rule
+	// budget). A change of this set needs a full plan.
+	Exclude map[proxy.ServicePortName]bool
+	// Referenced lists, per table, owned chains that rules outside kproxy's
+	// chains jump to (read with Existing). iptables cannot delete them: a
+	// full plan that no longer needs one keeps it, empty, instead.
+	Referenced map[string]map[string]bool
 }
 
 // Jump is a rule in a built-in chain that sends packets into kproxy's chains.
@@ -247,6 +255,9 @@ func (p *Planner) Plan(in Input) *Plan {
 
 	for _, n := range names {
 		sp := view.Ports[n]
+		if in.Exclude[n] {
+			sp = nil
+		}
 		old := oldPorts[n]
 		if old != nil && sp == old.sp && !full && (!nodeChanged || !old.nodeDeps) {
 			continue // the same immutable value: nothing to do
@@ -280,6 +291,11 @@ func (p *Planner) Plan(in Input) *Plan {
 			}
 			sort.Strings(stale)
 			for _, c := range stale {
+				if in.Referenced[[]string{TableNAT, TableFilter}[ti]][c] {
+					// Emptied, not deleted: a foreign rule jumps to it.
+					p.emit(w, ti, (&builder{chain: c}).out())
+					continue
+				}
 				p.drop(w, ti, c)
 			}
 		}
