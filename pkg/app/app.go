@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -179,6 +180,11 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		snap, _ := c.Snapshot()
 		return dryRun(o, mode, snap, d.Stdout)
 	}
+	if o.Manifests == "" {
+		if err := waitNode(ctx, logger, c.Node, o.NodeName, o.Config.DetectLocalMode == config.LocalModeNodeCIDR, clock.RealClock{}, nodeWait); err != nil {
+			return err
+		}
+	}
 	if mode.NewBackend == nil {
 		return fmt.Errorf("proxy mode %q cannot run on this OS (it works here only with --dry-run)", name)
 	}
@@ -263,6 +269,56 @@ func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// nodeWait bounds how long kproxy waits for its Node object at start: for
+// the Node (with addresses), and with detect-local mode NodeCIDR for its pod
+// CIDRs, as upstream kube-proxy does.
+var nodeWait = struct{ node, podCIDRs, poll time.Duration }{30 * time.Second, 5 * time.Minute, time.Second}
+
+// waitNode waits, bounded, for the Node object before the first sync, so
+// that a restarting kproxy does not replace the rules of the previous run
+// with a plan made without the node's facts (NodePort addresses, node IPs
+// in source ranges). Without the Node after the first bound, kproxy goes on
+// (the Node may be unreadable) and says so. With NodeCIDR detection, the
+// pod CIDRs decide what is masqueraded: without them after the second
+// bound kproxy stops with an error (the DaemonSet retries), and the rules
+// of the previous run stay in place meanwhile.
+func waitNode(ctx context.Context, log klog.Logger, node func() proxy.Node, nodeName string, needCIDRs bool, clk clock.Clock, bounds struct{ node, podCIDRs, poll time.Duration }) error {
+	known := func() (proxy.Node, bool) {
+		n := node()
+		return n, n.Known && len(n.Addresses) > 0
+	}
+	poll := func(limit time.Duration, done func() bool) bool {
+		deadline := clk.Now().Add(limit)
+		for !done() {
+			if !clk.Now().Before(deadline) {
+				return false
+			}
+			select {
+			case <-ctx.Done():
+				return false
+			case <-clk.After(bounds.poll):
+			}
+		}
+		return true
+	}
+	if _, ok := known(); !ok {
+		log.Info("Waiting for this node's Node object", "node", nodeName, "timeout", bounds.node)
+		if !poll(bounds.node, func() bool { _, ok := known(); return ok }) && ctx.Err() == nil {
+			log.Error(nil, "Timed out waiting for the Node object (or its addresses); going on without them", "node", nodeName)
+		}
+	}
+	if needCIDRs {
+		hasCIDRs := func() bool { n, _ := known(); return len(n.PodCIDRs) > 0 }
+		if !hasCIDRs() && !poll(bounds.podCIDRs, hasCIDRs) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("detect-local mode NodeCIDR: timed out after %v waiting for node %q's pod CIDRs", bounds.podCIDRs, nodeName)
+		}
+	}
+	return ctx.Err()
 }
 
 func runSource(ctx context.Context, o *config.Options, client kubernetes.Interface, h source.Handler) error {

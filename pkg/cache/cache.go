@@ -250,6 +250,14 @@ func (c *Cache) OnNode(old, cur *v1.Node) {
 	}
 }
 
+// Node returns this node's facts as last recorded (Known is false until the
+// Node object was seen).
+func (c *Cache) Node() proxy.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.node
+}
+
 // OnSynced marks the initial lists as delivered.
 func (c *Cache) OnSynced() {
 	c.mu.Lock()
