@@ -37,6 +37,10 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			}
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
+		if fam == v1.IPv6Protocol && !linux.HasIPv6(sys.Host) {
+			log.Info("IPv6 Services are not proxied: the node has no IPv6 address (other than loopback and link-local)")
+			continue
+		}
 		cfg := iptablesConfig(o, fam)
 		cfg.RandomFully = linux.HasRandomFully(sys.Iptables)
 		b, err := linux.New(linux.Options{

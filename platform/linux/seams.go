@@ -61,3 +61,19 @@ type Host interface {
 	// SetSysctl writes a sysctl, e.g. "net/ipv4/conf/all/route_localnet".
 	SetSysctl(name, value string) error
 }
+
+// HasIPv6 reports whether host has an IPv6 address other than loopback and
+// link-local ones: an IPv4-only node (IPv6 disabled, or only ::1 and fe80::)
+// gets no IPv6 backend, which would program rules nothing can reach.
+func HasIPv6(host Host) bool {
+	addrs, err := host.LocalAddresses()
+	if err != nil {
+		return true // cannot tell: keep the backend
+	}
+	for _, a := range addrs {
+		if a.Is6() && !a.Is4In6() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			return true
+		}
+	}
+	return false
+}

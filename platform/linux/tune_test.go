@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 	"time"
@@ -41,5 +42,25 @@ func TestTuneConntrackWritesThroughHost(t *testing.T) {
 	want := map[string]string{"net/netfilter/nf_conntrack_tcp_timeout_established": "3600", "net/netfilter/nf_conntrack_udp_timeout": "60"}
 	if !reflect.DeepEqual(h.Sysctls, want) {
 		t.Errorf("sysctls %v", h.Sysctls)
+	}
+}
+
+func TestHasIPv6(t *testing.T) {
+	for _, tc := range []struct {
+		addrs []string
+		want  bool
+	}{
+		{[]string{"127.0.0.1", "192.168.50.1", "::1", "fe80::1"}, false},
+		{[]string{"192.168.50.1"}, false},
+		{[]string{"192.168.50.1", "fd00:50::1"}, true},
+		{[]string{"2001:db8::5"}, true},
+	} {
+		h := &FakeHost{}
+		for _, a := range tc.addrs {
+			h.Addrs = append(h.Addrs, netip.MustParseAddr(a))
+		}
+		if got := HasIPv6(h); got != tc.want {
+			t.Errorf("HasIPv6(%v) = %v, want %v", tc.addrs, got, tc.want)
+		}
 	}
 }
