@@ -362,6 +362,9 @@ func TestFlushedChainsRestored(t *testing.T) {
 	}{
 		{"flush", [][]string{{"-t", "nat", "-F"}, {"-t", "filter", "-F"}}},
 		{"flush and delete chains", [][]string{{"-t", "nat", "-F"}, {"-t", "filter", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-X"}}},
+		// Another agent rewriting the built-in chains: kproxy's chains stay,
+		// its jumps into them go.
+		{"built-in chains flushed", [][]string{{"-t", "nat", "-F", "PREROUTING"}, {"-t", "nat", "-F", "OUTPUT"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, fam := range families() {

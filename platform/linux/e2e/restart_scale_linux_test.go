@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/netns/echo"
+)
+
+// RestartServicesEnv sets the number of Services of TestRestartAtScale
+// (default 2,000 in the test suite; docs/benchmarks.md reports 10,000).
+const RestartServicesEnv = "KPROXY_RESTART_SERVICES"
+
+func restartServices(t *testing.T) int {
+	n := 2000
+	if s := os.Getenv(RestartServicesEnv); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 10 || v > 60000 {
+			t.Fatalf("%s=%q: want a number of Services from 10 to 60000", RestartServicesEnv, s)
+		}
+		n = v
+	}
+	return n
+}
+
+// declared matches the chain declarations of iptables-save and of the
+// restore input kproxy's dry run prints.
+var declared = regexp.MustCompile(`(?m)^:(KPROXY-[A-Z0-9-]+) `)
+
+func kproxyChains(s string) []string {
+	var out []string
+	for _, m := range declared.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// TestRestartAtScale: N Services (KPROXY_RESTART_SERVICES, default 2,000)
+// with endpoint churn all along; kproxy is stopped with SIGTERM, with
+// SIGKILL, and with SIGKILL in the middle of its first full restore, and
+// started again each time, while a client opens new connections to a
+// ClusterIP (both families, from a pod) and a NodePort (from outside):
+// none may fail. Afterwards the kernel holds exactly the chains a full plan
+// of the final state has.
+func TestRestartAtScale(t *testing.T) {
+	n := restartServices(t)
+	top := proxytest.Default()
+	probed := top.Service("probed", 1, proxytest.WithNodePort())
+	probedSlices, err := top.Slices(probed, proxytest.Ready(proxytest.PodA1, proxytest.PodB1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const churned = 50
+	bulk := []any{probed, probedSlices[0], probedSlices[1]}
+	for i := churned + 2; i < n+2; i++ {
+		svc := top.Service(fmt.Sprintf("bulk-%d", i), i)
+		s, err := top.Slices(svc, proxytest.Ready(proxytest.PodA1, proxytest.PodB2)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bulk = append(bulk, svc, s[0], s[1])
+	}
+	churn := func(round int) []any {
+		var out []any
+		for i := 2; i < churned+2; i++ {
+			svc := top.Service(fmt.Sprintf("churn-%d", i), i)
+			pods := []string{proxytest.PodA1}
+			if (round+i)%2 == 0 {
+				pods = append(pods, proxytest.PodB1)
+			}
+			s, err := top.Slices(svc, proxytest.Ready(pods...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, svc, s[0], s[1])
+		}
+		return out
+	}
+	begin := time.Now()
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), noStart: true, before: func(e *env) {
+		e.write("bulk.yaml", bulk...)
+		e.write("churn.yaml", churn(0)...)
+	}})
+	e.start()
+	t.Logf("%d Services: manifests written and first start programmed in %v", n, time.Since(begin).Round(time.Millisecond))
+	ctx := e.ctx(10 * time.Minute)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	count := 0
+	node1, _ := top.Node(proxytest.Node1)
+	wg.Add(2)
+	go func() { // new connections all along
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			fam := families()[i%2]
+			var r echo.Result
+			if i%4 < 2 {
+				r = e.probe(ctx, "tcp", clusterIP(probed, fam), echo.ProbeOptions{})
+			} else {
+				r = e.c.Probe(ctx, proxytest.Outside, "tcp", netip.AddrPortFrom(node1.Addr(fam), uint16(probed.Spec.Ports[0].NodePort)), echo.ProbeOptions{Timeout: time.Second})
+			}
+			mu.Lock()
+			count++
+			if r.Outcome != echo.Answer {
+				failures = append(failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), r))
+			}
+			mu.Unlock()
+		}
+	}()
+	go func() { // endpoint churn all along
+		defer wg.Done()
+		for round := 1; ; round++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := WriteObjects(e.dir, "churn.yaml", churn(round)...); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+
+	for _, how := range []string{"SIGTERM", "SIGKILL", "SIGKILL during the first restore"} {
+		var err error
+		switch how {
+		case "SIGTERM":
+			err = e.p.Stop(30 * time.Second)
+		case "SIGKILL":
+			err = e.p.Kill()
+		default:
+			if err = e.p.Start(); err == nil {
+				time.Sleep(700 * time.Millisecond) // listing, planning, restoring
+				err = e.p.Kill()
+			}
+		}
+		if err != nil {
+			t.Errorf("%s: %v", how, err)
+		}
+		time.Sleep(time.Second)
+		t0 := time.Now()
+		e.start()
+		t.Logf("after %s: programmed again in %v", how, time.Since(t0).Round(time.Millisecond))
+		time.Sleep(2 * time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d Services: %d new connections during three restarts with churn, %d failed", n, count, len(failures))
+	for _, f := range failures {
+		t.Errorf("new connection failed: %s", f)
+	}
+
+	// Consistent afterwards: the kernel holds exactly the chains of a full
+	// plan of the final state (kproxy's dry run of the same manifests).
+	time.Sleep(3 * time.Second)
+	args := append(e.p.Argv(), "--dry-run")
+	out, err := e.c.Exec(ctx, proxytest.Node1, append([]string{kproxyBin}, args...)...)
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, LastLines(string(out), 20))
+	}
+	want := kproxyChains(string(out))
+	var got []string
+	for _, fam := range families() {
+		got = append(got, kproxyChains(e.save(fam, "nat"))...)
+		got = append(got, kproxyChains(e.save(fam, "filter"))...)
+	}
+	slices.Sort(got)
+	got = slices.Compact(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("kernel chains differ from a full plan: %d in the kernel, %d planned; extra %v; missing %v",
+			len(got), len(want), diff(got, want, 10), diff(want, got, 10))
+	}
+	if strings.Contains(strings.Join(got, " "), "KPROXY-PROBE") {
+		t.Error("probe chains left in the kernel")
+	}
+}
+
+// diff lists up to max elements of a not in b.
+func diff(a, b []string, max int) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+			if len(out) == max {
+				break
+			}
+		}
+	}
+	return out
+}
