@@ -148,6 +148,10 @@ func TestRestartAtScale(t *testing.T) {
 		case "SIGKILL":
 			err = e.p.Kill()
 		default:
+			if err = e.p.Kill(); err != nil {
+				break
+			}
+			time.Sleep(time.Second)
 			if err = e.p.Start(); err == nil {
 				time.Sleep(700 * time.Millisecond) // listing, planning, restoring
 				err = e.p.Kill()
