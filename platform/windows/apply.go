@@ -19,6 +19,18 @@ type applyResult struct {
 	stale bool
 	// transient: HNS is unavailable; the remaining operations were not tried.
 	transient bool
+	// rejected are the operations HNS refused for good (see isRejection):
+	// not in err; the sync isolates them.
+	rejected []rejection
+}
+
+// joined returns every error, the rejections included.
+func (r *applyResult) joined() error {
+	errs := []error{r.err}
+	for _, x := range r.rejected {
+		errs = append(errs, x.err)
+	}
+	return errors.Join(errs...)
 }
 
 // apply executes the operations in order, keeping the record in step with
@@ -38,6 +50,16 @@ func (b *Backend) apply(ctx context.Context, r *Reconciliation) applyResult {
 		klog.V(4).InfoS("HNS operation", "family", b.opts.Family, "op", op.String())
 		err := b.do(op)
 		if err == nil {
+			continue
+		}
+		if isRejection(op, err) {
+			res.rejected = append(res.rejected, rejection{op: op, err: err})
+			continue
+		}
+		if op.Kind == OpKindDeleteEndpoint && ClassOf(err) == ClassInUse && len(res.rejected) > 0 {
+			// Still held by a load balancer whose update HNS refused (it is
+			// kept as it was); the endpoint goes once that one changes.
+			klog.V(2).InfoS("Endpoint kept: still used by a load balancer HNS refused to update", "family", b.opts.Family, "op", op.String())
 			continue
 		}
 		errs = append(errs, err)

@@ -90,6 +90,10 @@ type Options struct {
 	// changes (default 5m; negative: never). HNS is also listed on the first
 	// sync and after any failed sync.
 	ResyncPeriod time.Duration
+	// CallTimeout bounds each HNS call (default DefaultCallTimeout; negative:
+	// no bound). A call that does not return in time fails the sync as HNS
+	// being unavailable, and no further call is made until it returns.
+	CallTimeout time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// Warn is called once per Service and reason when HNS cannot do what the
@@ -146,6 +150,13 @@ type Backend struct {
 	warned map[warnKey]bool
 	// plans memoizes per-port planning across syncs.
 	plans *PlanCache
+	// quar holds what HNS rejected for good, by object (see quarantine.go).
+	quar map[string]*quarantined
+
+	// qmu guards qPublished, what Quarantined returns (it must not wait for
+	// a sync).
+	qmu        sync.Mutex
+	qPublished []proxy.QuarantinedPort
 }
 
 var (
@@ -177,6 +188,9 @@ func New(opts Options) (*Backend, error) {
 	if opts.ResyncPeriod == 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}
+	if opts.CallTimeout == 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -201,7 +215,11 @@ func New(opts Options) (*Backend, error) {
 		plans:        NewPlanCache(),
 	}
 	if opts.HNS != nil {
-		b.hns = instrumented{hns: opts.HNS, m: opts.Metrics, clock: opts.Clock}
+		h := opts.HNS
+		if opts.CallTimeout > 0 {
+			h = &timeoutHNS{hns: h, timeout: opts.CallTimeout}
+		}
+		b.hns = instrumented{hns: h, m: opts.Metrics, clock: opts.Clock}
 	}
 	return b, nil
 }
@@ -217,7 +235,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && b.clock.Since(b.lastList) >= b.opts.ResyncPeriod
-	if ch.Empty() && !b.needList && !resync {
+	if ch.Empty() && !b.needList && !resync && !b.quarantineDue(b.clock.Now()) {
 		return nil
 	}
 	err := b.sync(ctx, snap, b.needList || resync)
@@ -231,13 +249,16 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 			return err
 		}
 	}
+	var rejected []rejection
 	for pass := 1; ; pass++ {
 		facts := b.facts(snap)
-		plan := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
-		if plan.Err != nil {
-			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, plan.Err)
+		full := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
+		if full.Err != nil {
+			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, full.Err)
 		}
-		b.report(plan.Warnings)
+		b.report(full.Warnings)
+		now := b.clock.Now()
+		plan := holdQuarantined(full, b.rec, b.quar, now)
 		r := Reconcile(plan, b.rec, b.caps.ModifyLoadBalancer)
 		if !list && b.recheckMissing(r.MissingLocal) {
 			// A local endpoint the CNI may have created since the last listing.
@@ -256,10 +277,12 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 		}
 		if r.Empty() {
 			klog.V(4).InfoS("HNS already matches", "family", b.opts.Family, "loadBalancers", len(plan.LoadBalancers))
+			b.updateQuarantine(full, rejected, now)
 			return nil
 		}
 		klog.V(2).InfoS("Programming HNS", "family", b.opts.Family, "operations", len(r.Ops), "loadBalancers", len(plan.LoadBalancers), "endpoints", len(plan.Endpoints))
 		res := b.apply(ctx, r)
+		rejected = append(rejected, res.rejected...)
 		if res.stale && !res.transient && pass == 1 {
 			// HNS holds something the record does not: list again and adopt.
 			klog.V(2).InfoS("HNS differs from the record; listing again", "family", b.opts.Family)
@@ -267,6 +290,10 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 				return errors.Join(res.err, err)
 			}
 			continue
+		}
+		if res.err == nil || (!res.transient && !res.stale) {
+			// Every operation was tried: what HNS rejected is isolated.
+			b.updateQuarantine(full, rejected, now)
 		}
 		return res.err
 	}
@@ -537,8 +564,8 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	klog.InfoS("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
 	res := b.apply(ctx, r)
 	b.needList = true // the next sync starts from a listing
-	if res.err != nil {
-		return fmt.Errorf("cleanup: %w", res.err)
+	if err := res.joined(); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil
 }

@@ -448,8 +448,11 @@ func TestBackendMetrics(t *testing.T) {
 	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern, func(o *Options) { o.Metrics = m })
 	h.f.FailOp(OpCreateLoadBalancer, NewError(OpCreateLoadBalancer, CodeInvalidArg, errors.New("bad")))
 	_, err := h.sync(webAndDNS(), proxy.Changes{Full: true})
-	if err == nil {
-		t.Fatal("want the injected error")
+	if err != nil {
+		t.Fatal(err) // the rejected load balancer is isolated (quarantine_test.go)
+	}
+	if q := h.b.Quarantined(); len(q) != 1 {
+		t.Errorf("want the rejected load balancer's port quarantined, got %+v", q)
 	}
 	if m.calls[OpCreateLoadBalancer] != 3 || m.calls[OpVersion] != 1 {
 		t.Errorf("latency observations %v", m.calls)

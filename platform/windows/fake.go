@@ -38,9 +38,12 @@ type FakeHNS struct {
 	nextID   int
 	calls    map[string]int
 	total    int
-	failAt   map[int]error      // absolute call number → error
-	failOp   map[string][]error // operation → queued errors
-	down     int                // >0: the next down calls fail as "restarting"; <0: until Up
+	failAt   map[int]error            // absolute call number → error
+	failOp   map[string][]error       // operation → queued errors
+	down     int                      // >0: the next down calls fail as "restarting"; <0: until Up
+	hang     map[string]chan struct{} // operation → closed when the hung calls may return
+	rejectLB func(*LoadBalancer) error
+	rejectEP func(*Endpoint) error
 }
 
 var _ HNS = (*FakeHNS)(nil)
@@ -92,6 +95,55 @@ func (f *FakeHNS) begin(op string) error {
 		return NewError(op, CodeManagerStopped, ErrFakeRestarting)
 	}
 	return nil
+}
+
+// RejectLoadBalancers makes creations and updates of the load balancers for
+// which reject returns an error fail with that error, until called again
+// (nil: accept all), as HNS does with settings it refuses on some hosts.
+func (f *FakeHNS) RejectLoadBalancers(reject func(*LoadBalancer) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejectLB = reject
+}
+
+// RejectEndpoints is RejectLoadBalancers for endpoint creations.
+func (f *FakeHNS) RejectEndpoints(reject func(*Endpoint) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejectEP = reject
+}
+
+// Hang makes every call of op block, before it is counted or does anything,
+// until the returned release function is called (as a hung HNS does).
+func (f *FakeHNS) Hang(op string) (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hang == nil {
+		f.hang = make(map[string]chan struct{})
+	}
+	ch := make(chan struct{})
+	f.hang[op] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			if f.hang[op] == ch {
+				delete(f.hang, op)
+			}
+			f.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// wait blocks while op hangs. f.mu is not held.
+func (f *FakeHNS) wait(op string) {
+	f.mu.Lock()
+	ch := f.hang[op]
+	f.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // --- indexes (f.mu held) ---
@@ -402,6 +454,7 @@ func addrLess(a, b string) bool {
 
 // Version implements HNS.
 func (f *FakeHNS) Version() (Version, error) {
+	f.wait(OpVersion)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpVersion); err != nil {
@@ -410,8 +463,27 @@ func (f *FakeHNS) Version() (Version, error) {
 	return f.version, nil
 }
 
+// ListNetworks implements HNS.
+func (f *FakeHNS) ListNetworks() ([]Network, error) {
+	f.wait(OpListNetworks)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpListNetworks); err != nil {
+		return nil, err
+	}
+	out := make([]Network, 0, len(f.networks))
+	for _, n := range f.networks {
+		c := *n
+		c.RemoteSubnets = append([]RemoteSubnet(nil), n.RemoteSubnets...)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
 // GetNetwork implements HNS.
 func (f *FakeHNS) GetNetwork(name string) (*Network, error) {
+	f.wait(OpGetNetwork)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpGetNetwork); err != nil {
@@ -429,6 +501,7 @@ func (f *FakeHNS) GetNetwork(name string) (*Network, error) {
 
 // ListEndpoints implements HNS.
 func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
+	f.wait(OpListEndpoints)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpListEndpoints); err != nil {
@@ -449,6 +522,7 @@ func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
 
 // CreateEndpoint implements HNS.
 func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, error) {
+	f.wait(OpCreateEndpoint)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpCreateEndpoint); err != nil {
@@ -460,6 +534,11 @@ func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, err
 	ips := ep.IPs()
 	if len(ips) == 0 {
 		return nil, fakeErr(OpCreateEndpoint, CodeInvalidArg, "endpoint without a valid IP address")
+	}
+	if f.rejectEP != nil {
+		if err := f.rejectEP(ep); err != nil {
+			return nil, err
+		}
 	}
 	for _, a := range ips {
 		if other, ok := f.epByAddr[networkID+"/"+a.String()]; ok {
@@ -475,6 +554,7 @@ func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, err
 
 // DeleteEndpoint implements HNS.
 func (f *FakeHNS) DeleteEndpoint(id string) error {
+	f.wait(OpDeleteEndpoint)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpDeleteEndpoint); err != nil {
@@ -499,6 +579,7 @@ func (f *FakeHNS) endpointKey(id string) string { return f.epByID[strings.ToLowe
 
 // ListLoadBalancers implements HNS.
 func (f *FakeHNS) ListLoadBalancers() ([]LoadBalancer, error) {
+	f.wait(OpListLoadBalancers)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpListLoadBalancers); err != nil {
@@ -549,11 +630,17 @@ func (f *FakeHNS) validateLB(op string, lb *LoadBalancer, skipID string) error {
 			return fakeErr(op, CodePortAlreadyExists, "port already used by load balancer %s", other)
 		}
 	}
+	if f.rejectLB != nil {
+		if err := f.rejectLB(lb); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // CreateLoadBalancer implements HNS.
 func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
+	f.wait(OpCreateLoadBalancer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpCreateLoadBalancer); err != nil {
@@ -570,6 +657,7 @@ func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
 
 // UpdateLoadBalancer implements HNS.
 func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer, error) {
+	f.wait(OpUpdateLoadBalancer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpUpdateLoadBalancer); err != nil {
@@ -596,6 +684,7 @@ func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer
 
 // DeleteLoadBalancer implements HNS.
 func (f *FakeHNS) DeleteLoadBalancer(id string) error {
+	f.wait(OpDeleteLoadBalancer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpDeleteLoadBalancer); err != nil {
