@@ -28,6 +28,9 @@ const (
 	// DefaultResyncPeriod is how often the backend lists HNS again to repair
 	// what was changed out of band.
 	DefaultResyncPeriod = 5 * time.Minute
+	// DefaultCheckPeriod is how often the backend checks that what it
+	// programmed still exists (upstream's default sync period).
+	DefaultCheckPeriod = 30 * time.Second
 )
 
 // EnvNetworkName is the environment variable upstream reads when no network
@@ -94,6 +97,13 @@ type Options struct {
 	// no bound). A call that does not return in time fails the sync as HNS
 	// being unavailable, and no further call is made until it returns.
 	CallTimeout time.Duration
+	// CheckPeriod is how often a sync first checks, cheaply, that the objects
+	// in the record still exist in HNS (one listing of load balancers and
+	// one of the network's endpoints, compared by ID), and lists and repairs
+	// everything when one is gone: an HNS restart, a load balancer deleted
+	// out of band, a recreated network. Default DefaultCheckPeriod (kproxy
+	// passes its sync period); negative: never.
+	CheckPeriod time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// Warn is called once per Service and reason when HNS cannot do what the
@@ -140,6 +150,12 @@ type Backend struct {
 	rec      *State
 	needList bool
 	lastList time.Time
+	// lastCheck is when the record was last checked against HNS (or listed).
+	lastCheck time.Time
+	// routeChecked are remote addresses outside every remote subnet for
+	// which the network was read again (cleared at each listing): a new
+	// node's subnet is looked up once, not at every sync.
+	routeChecked map[netip.Addr]bool
 	// ifaces are the host's interfaces, read at each listing.
 	ifaces []HostInterface
 	// missingLocal are the local addresses found missing at the last sync:
@@ -191,6 +207,9 @@ func New(opts Options) (*Backend, error) {
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = DefaultCallTimeout
 	}
+	if opts.CheckPeriod == 0 {
+		opts.CheckPeriod = DefaultCheckPeriod
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -234,13 +253,64 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && b.clock.Since(b.lastList) >= b.opts.ResyncPeriod
-	if ch.Empty() && !b.needList && !resync && !b.quarantineDue(b.clock.Now()) {
+	now := b.clock.Now()
+	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && now.Sub(b.lastList) >= b.opts.ResyncPeriod
+	list := b.needList || resync
+	check := !list && b.opts.CheckPeriod > 0 && now.Sub(b.lastCheck) >= b.opts.CheckPeriod
+	if ch.Empty() && !list && !check && !b.quarantineDue(now) {
 		return nil
 	}
-	err := b.sync(ctx, snap, b.needList || resync)
+	if check {
+		b.lastCheck = now
+		gone, err := b.checkRecord()
+		if err != nil {
+			b.needList = true
+			return err
+		}
+		if gone != "" {
+			klog.InfoS("Objects kproxy programmed are gone from HNS; listing and repairing", "family", b.opts.Family, "gone", gone)
+			list = true
+		}
+	}
+	err := b.sync(ctx, snap, list)
 	b.needList = err != nil
 	return err
+}
+
+// checkRecord lists the load balancers and the network's endpoints and
+// reports the first recorded object HNS no longer has ("" when none). It
+// compares IDs only.
+func (b *Backend) checkRecord() (string, error) {
+	lbs, err := b.hns.ListLoadBalancers()
+	if err != nil {
+		return "", fmt.Errorf("checking HNS load balancers: %w", err)
+	}
+	ids := make(map[string]bool, len(lbs))
+	for i := range lbs {
+		ids[strings.ToLower(lbs[i].ID)] = true
+	}
+	for _, slot := range sortedSlots(b.rec.LoadBalancers) {
+		if lb := b.rec.LoadBalancers[slot]; !ids[strings.ToLower(lb.ID)] {
+			return "load balancer " + slot + " (" + lb.ID + ")", nil
+		}
+	}
+	eps, err := b.hns.ListEndpoints(b.rec.NetworkID)
+	if IsNotFound(err) {
+		return "network " + b.rec.NetworkID, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checking endpoints of HNS network %q: %w", b.network.Name, err)
+	}
+	clear(ids)
+	for i := range eps {
+		ids[strings.ToLower(eps[i].ID)] = true
+	}
+	for ip, ep := range b.rec.Endpoints {
+		if !ids[ep.ID] {
+			return "endpoint " + ip.String() + " (" + ep.ID + ")", nil
+		}
+	}
+	return "", nil
 }
 
 func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) error {
@@ -255,6 +325,22 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 		full := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
 		if full.Err != nil {
 			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, full.Err)
+		}
+		if pass == 1 && !list && b.needsRoutes(full, facts) {
+			// A remote address outside every known subnet: a new node's
+			// subnet may have been added since the listing.
+			n, err := b.hns.GetNetwork(b.network.Name)
+			if err != nil {
+				return fmt.Errorf("reading HNS network %q for new remote subnets: %w", b.network.Name, err)
+			}
+			if !strings.EqualFold(n.ID, b.network.ID) {
+				if err := b.list(); err != nil { // recreated
+					return err
+				}
+			} else {
+				b.network.RemoteSubnets = n.RemoteSubnets
+			}
+			continue
 		}
 		b.report(full.Warnings)
 		now := b.clock.Now()
@@ -328,7 +414,8 @@ func (b *Backend) list() error {
 	}
 	b.network, b.rec, b.ifaces = n, o.rec, o.ifaces
 	b.lastList = b.clock.Now()
-	b.lastRecheck = b.lastList
+	b.lastRecheck, b.lastCheck = b.lastList, b.lastList
+	b.routeChecked = nil
 	klog.V(2).InfoS("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
 		"endpoints", len(b.rec.Endpoints), "loadBalancers", len(b.rec.LoadBalancers), "orphans", len(b.rec.Orphans))
 	return nil
@@ -366,6 +453,28 @@ func (b *Backend) read() (*observed, error) {
 		klog.V(2).InfoS("Cannot list host interfaces; node IP and MAC from the Node object only", "err", err)
 	}
 	return o, nil
+}
+
+// needsRoutes reports whether the plan has a remote endpoint that is not in
+// HNS yet and whose address no remote subnet holds (it would get this
+// node's provider address), and that was not looked up since the last
+// listing; it marks those addresses looked up.
+func (b *Backend) needsRoutes(plan *Plan, f *Facts) bool {
+	if !f.Network.IsOverlay() {
+		return false
+	}
+	found := false
+	for _, e := range plan.Endpoints {
+		if e.Role != RoleRemote || e.ProviderAddress != f.NodeIP || b.rec.Endpoints[e.IP] != nil || b.routeChecked[e.IP] {
+			continue
+		}
+		if b.routeChecked == nil {
+			b.routeChecked = make(map[netip.Addr]bool)
+		}
+		b.routeChecked[e.IP] = true
+		found = true
+	}
+	return found
 }
 
 // refreshEndpoints lists the network's endpoints and adds those the record
