@@ -66,9 +66,16 @@ type Options struct {
 	// NetworkName is the HNS network: winkernel.networkName / --network-name,
 	// else $KUBE_NETWORK (see NetworkNameFromEnv).
 	NetworkName string
-	// SourceVIP is winkernel.sourceVip / --source-vip: required on overlay
-	// networks, unused on others. An address of the other family is ignored.
+	// SourceVIP is winkernel.sourceVip / --source-vip, for overlay networks
+	// (unused on others). An address of the other family is ignored. When
+	// unset, the backend uses the address of the Calico_ep endpoint if the
+	// network has one, else ReserveSourceVIP's.
 	SourceVIP netip.Addr
+	// ReserveSourceVIP reserves (or finds again, after a restart) an address
+	// of the node's pod subnet for the source VIP, avoiding addresses for
+	// which avoid is true (e.g. HostLocalReservation.Reserve). Nil: overlay
+	// networks need SourceVIP or a Calico_ep endpoint.
+	ReserveSourceVIP func(network string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error)
 	// EnableDSR is winkernel.enableDSR / --enable-dsr: direct server return
 	// on ClusterIP load balancers, when HNS supports it.
 	EnableDSR bool
@@ -168,6 +175,11 @@ type Backend struct {
 	plans *PlanCache
 	// quar holds what HNS rejected for good, by object (see quarantine.go).
 	quar map[string]*quarantined
+	// sourceVIP is the source VIP found on an overlay network when none is
+	// configured (invalid until found); noVIP lists the ports left out
+	// while none can be found.
+	sourceVIP netip.Addr
+	noVIP     []proxy.QuarantinedPort
 
 	// qmu guards qPublished, what Quarantined returns (it must not wait for
 	// a sync).
@@ -260,7 +272,10 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	if ch.Empty() && !list && !check && !b.quarantineDue(now) {
 		return nil
 	}
-	if check {
+	if b.noVIP != nil && b.opts.CheckPeriod > 0 && now.Sub(b.lastList) >= b.opts.CheckPeriod {
+		list = true // look for the Calico endpoint again
+	}
+	if check && !list {
 		b.lastCheck = now
 		gone, err := b.checkRecord()
 		if err != nil {
@@ -317,6 +332,19 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 	if list {
 		if err := b.list(); err != nil {
 			return err
+		}
+	}
+	if b.network.IsOverlay() && !b.opts.SourceVIP.IsValid() && !b.sourceVIP.IsValid() {
+		ip, from, err := findSourceVIP(&b.opts, b.network.Name, b.rec, snap.Node.PodCIDRs)
+		if err != nil {
+			b.withoutSourceVIP(snap, err)
+			return nil
+		}
+		klog.InfoS("Source VIP found", "family", b.opts.Family, "network", b.network.Name, "sourceVIP", ip, "from", from)
+		b.sourceVIP = ip
+		if b.noVIP != nil {
+			b.noVIP = nil
+			b.publishQuarantine()
 		}
 	}
 	var rejected []rejection
@@ -408,6 +436,9 @@ func (b *Backend) list() error {
 	n := o.network
 	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
 		klog.InfoS("HNS network was recreated; reprogramming everything", "network", n.Name, "oldID", b.network.ID, "newID", n.ID)
+	}
+	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
+		b.sourceVIP = netip.Addr{} // found again on the new network
 	}
 	if (b.network == nil || b.network.Type != n.Type) && !n.IsOverlay() && b.opts.SourceVIP.IsValid() {
 		klog.InfoS("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
@@ -520,7 +551,48 @@ func (b *Backend) facts(snap *proxy.Snapshot) *Facts {
 	if b.caps != nil {
 		caps = *b.caps
 	}
-	return gatherFacts(&b.opts, caps, b.network, b.ifaces, b.rec, snap)
+	f := gatherFacts(&b.opts, caps, b.network, b.ifaces, b.rec, snap)
+	if !f.SourceVIP.IsValid() {
+		f.SourceVIP = b.sourceVIP
+	}
+	return f
+}
+
+// withoutSourceVIP leaves every service port of the family out while an
+// overlay network has no source VIP: the sync succeeds (the node stays
+// healthy and is not restarted in a loop), each Service gets a warning, and
+// the ports are reported as quarantined. What HNS already holds stays. The
+// backend looks again at every check period and every change.
+func (b *Backend) withoutSourceVIP(snap *proxy.Snapshot, err error) {
+	now := b.clock.Now()
+	if b.noVIP == nil {
+		klog.ErrorS(err, "No source VIP on the overlay network: no Service is programmed until one is found",
+			"family", b.opts.Family, "network", b.network.Name)
+	}
+	var ports []proxy.QuarantinedPort
+	var ws []Warning
+	seen := make(map[warnKey]bool)
+	if view := snap.Family(b.opts.Family); view != nil {
+		for _, sp := range view.Sorted() {
+			since := now
+			for _, old := range b.noVIP {
+				if old.Name == sp.Name {
+					since = old.Since
+				}
+			}
+			ports = append(ports, proxy.QuarantinedPort{Name: sp.Name, Family: b.opts.Family, Reason: err.Error(), Since: since, Retry: now.Add(b.opts.CheckPeriod)})
+			if k := (warnKey{sp.Name.NamespacedName, ReasonNoSourceVIP}); !seen[k] {
+				seen[k] = true
+				ws = append(ws, Warning{Service: k.svc, Reason: ReasonNoSourceVIP, Message: err.Error()})
+			}
+		}
+	}
+	if ports == nil {
+		ports = []proxy.QuarantinedPort{}
+	}
+	b.noVIP = ports
+	b.report(ws)
+	b.publishQuarantine()
 }
 
 // gatherFacts derives the node facts from the options, what HNS said and the snapshot.

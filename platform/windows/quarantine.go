@@ -246,9 +246,14 @@ func (b *Backend) publishQuarantine() {
 			best[o] = p
 		}
 	}
-	out := make([]proxy.QuarantinedPort, 0, len(best))
+	out := make([]proxy.QuarantinedPort, 0, len(best)+len(b.noVIP))
 	for _, p := range best {
 		out = append(out, p)
+	}
+	for _, p := range b.noVIP {
+		if _, dup := best[p.Name]; !dup {
+			out = append(out, p)
+		}
 	}
 	proxy.SortQuarantined(out)
 	b.qmu.Lock()
