@@ -64,7 +64,9 @@ type Options struct {
 	// ever touches load balancers and endpoints of its family.
 	Family v1.IPFamily
 	// NetworkName is the HNS network: winkernel.networkName / --network-name,
-	// else $KUBE_NETWORK (see NetworkNameFromEnv).
+	// else $KUBE_NETWORK (see NetworkNameFromEnv). Empty: the only L2Bridge
+	// or Overlay network on the host (an error lists them when there are
+	// several, or none yet).
 	NetworkName string
 	// SourceVIP is winkernel.sourceVip / --source-vip, for overlay networks
 	// (unused on others). An address of the other family is ignored. When
@@ -153,6 +155,9 @@ type Backend struct {
 	caps *Capabilities
 	// network is nil until the network was found.
 	network *Network
+	// netName is the network's name: Options.NetworkName, else the one
+	// found on the host ("" until found).
+	netName string
 	// rec is what exists in HNS (nil until listed).
 	rec      *State
 	needList bool
@@ -194,8 +199,8 @@ var (
 
 // New returns a backend. It makes no HNS call.
 func New(opts Options) (*Backend, error) {
-	if opts.NetworkName == "" {
-		return nil, errors.New("windows backend: NetworkName is required")
+	if opts.NetworkName == "" && opts.HNS == nil {
+		return nil, errors.New("windows backend: NetworkName is required for a dry run without HNS")
 	}
 	switch opts.Family {
 	case "":
@@ -239,6 +244,7 @@ func New(opts Options) (*Backend, error) {
 	}
 	b := &Backend{
 		opts:         opts,
+		netName:      opts.NetworkName,
 		clock:        opts.Clock,
 		needList:     true,
 		missingLocal: make(map[netip.Addr]bool),
@@ -462,12 +468,20 @@ type observed struct {
 // read lists the network, its endpoints and the load balancers, without
 // changing the backend.
 func (b *Backend) read() (*observed, error) {
-	n, err := b.hns.GetNetwork(b.opts.NetworkName)
+	if b.netName == "" {
+		name, err := b.findNetwork()
+		if err != nil {
+			return nil, err
+		}
+		klog.InfoS("HNS network found", "network", name, "why", "no network name configured and it is the only L2Bridge or Overlay network")
+		b.netName = name
+	}
+	n, err := b.hns.GetNetwork(b.netName)
 	if err != nil {
 		if IsNotFound(err) {
-			return nil, fmt.Errorf("waiting for HNS network %q (created by the CNI): %w", b.opts.NetworkName, err)
+			return nil, fmt.Errorf("waiting for HNS network %q (created by the CNI): %w", b.netName, err)
 		}
-		return nil, fmt.Errorf("getting HNS network %q: %w", b.opts.NetworkName, err)
+		return nil, fmt.Errorf("getting HNS network %q: %w", b.netName, err)
 	}
 	eps, err := b.hns.ListEndpoints(n.ID)
 	if err != nil {
@@ -506,6 +520,45 @@ func (b *Backend) needsRoutes(plan *Plan, f *Facts) bool {
 		found = true
 	}
 	return found
+}
+
+// ErrNoNetwork is returned (wrapped) when no network name is configured and
+// the host has no single L2Bridge or Overlay network to use.
+var ErrNoNetwork = errors.New("no HNS network to use")
+
+// findNetwork returns the name of the host's only L2Bridge or Overlay network.
+func (b *Backend) findNetwork() (string, error) {
+	ns, err := b.hns.ListNetworks()
+	if err != nil {
+		return "", fmt.Errorf("listing HNS networks to find the one to use: %w", err)
+	}
+	return pickNetwork(ns)
+}
+
+// pickNetwork returns the name of the only L2Bridge or Overlay network.
+func pickNetwork(ns []Network) (string, error) {
+	var usable, all []string
+	for _, n := range ns {
+		all = append(all, fmt.Sprintf("%q (%s)", n.Name, n.Type))
+		if n.IsOverlay() || strings.EqualFold(n.Type, NetworkTypeL2Bridge) {
+			usable = append(usable, n.Name)
+		}
+	}
+	sort.Strings(usable)
+	sort.Strings(all)
+	found := "none"
+	if len(all) > 0 {
+		found = strings.Join(all, ", ")
+	}
+	switch len(usable) {
+	case 1:
+		return usable[0], nil
+	case 0:
+		return "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s) and no L2Bridge or Overlay network on the host yet (networks: %s)",
+			ErrNoNetwork, EnvNetworkName, found)
+	}
+	return "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s) and %d L2Bridge or Overlay networks on the host: set one of %s (networks: %s)",
+		ErrNoNetwork, EnvNetworkName, len(usable), strings.Join(usable, ", "), found)
 }
 
 // refreshEndpoints lists the network's endpoints and adds those the record
@@ -739,13 +792,44 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	defer b.mu.Unlock()
 	if err := b.list(); err != nil {
 		b.needList = true
-		return fmt.Errorf("cleanup: %w", err)
+		if !IsNotFound(err) && !errors.Is(err, ErrNoNetwork) {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+		// The network is gone (its endpoints with it): delete the family's
+		// load balancers all the same, as upstream does.
+		klog.InfoS("No HNS network; removing every load balancer of the family", "family", b.opts.Family, "reason", err)
+		return b.cleanupLoadBalancers()
 	}
 	r := Reconcile(&Plan{Family: b.opts.Family}, b.rec, false)
 	klog.InfoS("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
 	res := b.apply(ctx, r)
 	b.needList = true // the next sync starts from a listing
 	if err := res.joined(); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
+}
+
+// cleanupLoadBalancers deletes every load balancer of the backend's family.
+func (b *Backend) cleanupLoadBalancers() error {
+	lbs, err := b.hns.ListLoadBalancers()
+	if err != nil {
+		return fmt.Errorf("cleanup: listing HNS load balancers: %w", err)
+	}
+	var errs []error
+	n := 0
+	for i := range lbs {
+		if (lbs[i].Flags&LBFlagIPv6 != 0) != (b.opts.Family == v1.IPv6Protocol) {
+			continue
+		}
+		if err := b.hns.DeleteLoadBalancer(lbs[i].ID); err != nil && !IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting load balancer %s: %w", lbs[i].ID, err))
+			continue
+		}
+		n++
+	}
+	klog.InfoS("Removed HNS load balancers", "family", b.opts.Family, "count", n)
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil

@@ -292,6 +292,19 @@ func (f *FakeHNS) SetRemoteSubnets(networkID string, rs []RemoteSubnet) {
 	}
 }
 
+// RemoveNetwork deletes a network with its endpoints, as a CNI's cleanup
+// does. Load balancers keep referring to the deleted endpoints.
+func (f *FakeHNS) RemoveNetwork(networkID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.networks, networkID)
+	for id, ep := range f.endpoints {
+		if ep.HostComputeNetwork == networkID {
+			f.dropEndpoint(id)
+		}
+	}
+}
+
 // RecreateNetwork deletes a network with its endpoints and creates it again
 // under a new ID, as a CNI does on restart. Load balancers keep referring to
 // the deleted endpoints. It returns the new ID.
