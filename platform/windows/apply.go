@@ -112,6 +112,9 @@ func (b *Backend) createEndpoint(spec *EndpointSpec) error {
 	if len(out.IPConfigurations) == 0 { // keep what we asked for
 		o.Remote, o.ProviderAddress, o.Name = spec.Remote(), spec.ProviderAddress, spec.Name()
 	}
+	sent := sentFrom(spec)
+	b.sentEP[o.ID] = sent
+	fillEndpoint(o, sent) // what HNS did not return (echo.go)
 	b.rec.setEndpoint(o)
 	return nil
 }
@@ -124,6 +127,7 @@ func (b *Backend) deleteEndpoint(ep *ObservedEndpoint) error {
 	if cur := b.rec.Endpoints[ep.IP]; cur != nil && cur.ID == ep.ID {
 		delete(b.rec.Endpoints, ep.IP)
 	}
+	delete(b.sentEP, ep.ID)
 	for i, s := range b.rec.Shadowed {
 		if s.ID == ep.ID {
 			b.rec.Shadowed = append(b.rec.Shadowed[:i], b.rec.Shadowed[i+1:]...)
@@ -173,6 +177,7 @@ func (b *Backend) record(id string, spec *LBSpec, ids []string) {
 	}
 	sort.Strings(sorted)
 	b.rec.LoadBalancers[spec.slot] = &ObservedLB{ID: id, Spec: spec, EndpointIDs: sorted, Slot: spec.slot, gen: b.rec.idGen}
+	b.sentLBs[strings.ToLower(id)] = sentLB{spec: spec}
 }
 
 func (b *Backend) createLB(want *LBSpec) error {
@@ -233,6 +238,7 @@ func (b *Backend) deleteLB(old *ObservedLB) error {
 }
 
 func (b *Backend) forgetLB(old *ObservedLB) {
+	delete(b.sentLBs, strings.ToLower(old.ID))
 	if old.Spec != nil {
 		if cur := b.rec.LoadBalancers[old.Spec.slot]; cur != nil && cur.ID == old.ID {
 			delete(b.rec.LoadBalancers, old.Spec.slot)

@@ -44,6 +44,7 @@ type FakeHNS struct {
 	hang     map[string]chan struct{} // operation → closed when the hung calls may return
 	rejectLB func(*LoadBalancer) error
 	rejectEP func(*Endpoint) error
+	drops    EchoDrops
 }
 
 var _ HNS = (*FakeHNS)(nil)
@@ -97,55 +98,6 @@ func (f *FakeHNS) begin(op string) error {
 	return nil
 }
 
-// RejectLoadBalancers makes creations and updates of the load balancers for
-// which reject returns an error fail with that error, until called again
-// (nil: accept all), as HNS does with settings it refuses on some hosts.
-func (f *FakeHNS) RejectLoadBalancers(reject func(*LoadBalancer) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rejectLB = reject
-}
-
-// RejectEndpoints is RejectLoadBalancers for endpoint creations.
-func (f *FakeHNS) RejectEndpoints(reject func(*Endpoint) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rejectEP = reject
-}
-
-// Hang makes every call of op block, before it is counted or does anything,
-// until the returned release function is called (as a hung HNS does).
-func (f *FakeHNS) Hang(op string) (release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hang == nil {
-		f.hang = make(map[string]chan struct{})
-	}
-	ch := make(chan struct{})
-	f.hang[op] = ch
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			if f.hang[op] == ch {
-				delete(f.hang, op)
-			}
-			f.mu.Unlock()
-			close(ch)
-		})
-	}
-}
-
-// wait blocks while op hangs. f.mu is not held.
-func (f *FakeHNS) wait(op string) {
-	f.mu.Lock()
-	ch := f.hang[op]
-	f.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
 // --- indexes (f.mu held) ---
 
 func (f *FakeHNS) putEndpoint(ep *Endpoint) {
@@ -193,79 +145,6 @@ func (f *FakeHNS) dropLB(id string) {
 	if len(lb.PortMappings) > 0 {
 		delete(f.lbBySlot[fakeSlot(lb)], id)
 	}
-}
-
-// --- failure injection and call counts ---
-
-// FailCall makes the nth call from now (1 = the next one) fail with err.
-func (f *FakeHNS) FailCall(n int, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failAt[f.total+n] = err
-}
-
-// FailOp makes the next call of op fail with err (queued: call again for more).
-func (f *FakeHNS) FailOp(op string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failOp[op] = append(f.failOp[op], err)
-}
-
-// Down makes the next n calls fail as if HNS were restarting (n < 0: until Up).
-func (f *FakeHNS) Down(n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = n
-}
-
-// Up ends a restarting period.
-func (f *FakeHNS) Up() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = 0
-}
-
-// Restart simulates an HNS restart that loses the non-persistent objects:
-// every load balancer and every remote endpoint.
-func (f *FakeHNS) Restart() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lbs = make(map[string]*LoadBalancer)
-	f.lbBySlot = make(map[string]map[string]bool)
-	for id, ep := range f.endpoints {
-		if ep.IsRemote() {
-			f.dropEndpoint(id)
-		}
-	}
-}
-
-// Calls returns the number of calls per operation since the last ResetCalls.
-func (f *FakeHNS) Calls() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.calls))
-	for k, v := range f.calls {
-		out[k] = v
-	}
-	return out
-}
-
-// TotalCalls returns the number of calls since the last ResetCalls.
-func (f *FakeHNS) TotalCalls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, v := range f.calls {
-		n += v
-	}
-	return n
-}
-
-// ResetCalls zeroes the call counts (pending failures keep their position).
-func (f *FakeHNS) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = make(map[string]int)
 }
 
 // --- out-of-band changes (the CNI, an operator) ---
@@ -526,7 +405,7 @@ func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
 	var out []Endpoint
 	for _, ep := range f.endpoints {
 		if ep.HostComputeNetwork == networkID {
-			out = append(out, *cloneEndpoint(ep))
+			out = append(out, *f.readEndpoint(ep))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -562,7 +441,7 @@ func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, err
 	c.ID = f.newID()
 	c.HostComputeNetwork = networkID
 	f.putEndpoint(c)
-	return cloneEndpoint(c), nil
+	return f.readEndpoint(c), nil
 }
 
 // DeleteEndpoint implements HNS.
@@ -598,7 +477,11 @@ func (f *FakeHNS) ListLoadBalancers() ([]LoadBalancer, error) {
 	if err := f.begin(OpListLoadBalancers); err != nil {
 		return nil, err
 	}
-	return f.listLBs(), nil
+	out := f.listLBs()
+	for i := range out {
+		out[i] = *f.readLB(&out[i])
+	}
+	return out, nil
 }
 
 func (f *FakeHNS) listLBs() []LoadBalancer {
@@ -665,7 +548,7 @@ func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
 	c := cloneLB(lb)
 	c.ID = f.newID()
 	f.putLB(c)
-	return cloneLB(c), nil
+	return f.readLB(c), nil
 }
 
 // UpdateLoadBalancer implements HNS.
@@ -692,7 +575,7 @@ func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer
 		c.HostComputeEndpoints = old.HostComputeEndpoints // the 15.4 bug
 	}
 	f.putLB(c)
-	return cloneLB(c), nil
+	return f.readLB(c), nil
 }
 
 // DeleteLoadBalancer implements HNS.
