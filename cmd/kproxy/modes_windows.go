@@ -15,10 +15,6 @@ import (
 	"github.com/kproxy/kproxy/platform/windows"
 )
 
-// envIPAMDataDir overrides the host-local IPAM data directory in which the
-// source VIP is reserved (default windows.DefaultIPAMDataDir).
-const envIPAMDataDir = "KPROXY_IPAM_DATA_DIR"
-
 func addPlatformModes(m app.Modes) {
 	mode := m[string(config.ModeKernelspace)]
 	mode.NewBackend = newHNSBackend
