@@ -187,6 +187,8 @@ type Backend struct {
 	// while none can be found.
 	sourceVIP netip.Addr
 	noVIP     []proxy.QuarantinedPort
+	// idleLogged: this IPv6 backend said once why it programs nothing.
+	idleLogged bool
 
 	// qmu guards qPublished, what Quarantined returns (it must not wait for
 	// a sync).

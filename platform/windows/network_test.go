@@ -61,3 +61,31 @@ func TestCleanupWithoutNetwork(t *testing.T) {
 		t.Errorf("left: %+v, want only the IPv6 load balancer", lbs)
 	}
 }
+
+// Overlay networks are single-stack, as upstream: the IPv6 backend programs
+// nothing and its syncs succeed (before, every sync failed for want of an
+// IPv6 source VIP and /livez restarted kproxy). Likewise on an HNS without
+// IPv6 load balancers.
+func TestIPv6BackendIdleOnOverlayAndOldHNS(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    Network
+		v    Version
+	}{
+		{"overlay", overlayNet(), hnsModern},
+		{"HNS 11.0", l2bridgeNet, Version{Major: 11, Minor: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.n, tc.v)
+			v6 := h.newBackend(func(o *Options) { o.Family = "IPv6" })
+			s := snap([]string{"10.0.0.1", "fd00::1"},
+				svcPort("web6", "TCP", "fd00:10:96::10", 80, eps(remoteEP("fd00:244:2::5", 8080))))
+			if err := v6.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+				t.Fatalf("IPv6 sync: %v", err)
+			}
+			if n := len(h.f.LoadBalancers()); n != 0 {
+				t.Errorf("%d load balancers programmed", n)
+			}
+		})
+	}
+}

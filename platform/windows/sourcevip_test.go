@@ -34,7 +34,7 @@ func noSourceVIP(dataDir string) func(*Options) {
 // kproxy reserves one in the IPAM store and programs everything; a restart
 // finds the same address and changes nothing.
 func TestBackendReservesSourceVIPOnFreshOverlayNode(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir := scratchDir(t)
 	dir := filepath.Join(dataDir, "net") // the store of the HNS network "net"
 	h := newHarness(t, overlayNet(), hnsModern, noSourceVIP(dataDir))
 	s := overlaySnap()
@@ -106,7 +106,7 @@ func TestBackendWithoutSourceVIPStaysHealthy(t *testing.T) {
 }
 
 func TestHostLocalReservation(t *testing.T) {
-	dir := t.TempDir()
+	dir := scratchDir(t)
 	r := HostLocalReservation{Dir: dir}
 	// host-local gave .254 to a pod already; HNS has .253.
 	if err := os.WriteFile(filepath.Join(dir, "10.244.1.254"), []byte("0123abcd\r\neth0"), 0o644); err != nil {
@@ -134,4 +134,17 @@ func TestHostLocalReservation(t *testing.T) {
 	if _, err := full.Reserve(netip.MustParsePrefix("10.1.0.0/30"), func(netip.Addr) bool { return true }); err == nil {
 		t.Fatal("Reserve in a full subnet must fail")
 	}
+}
+
+// scratchDir is a temporary directory removed at the end of the test, best
+// effort: under Wine, deleting files fails with "Invalid function", which
+// would fail t.TempDir's cleanup.
+func scratchDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kproxy-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -55,6 +56,16 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 		if err := b.list(); err != nil {
 			return err
 		}
+	}
+	if b.opts.Family == v1.IPv6Protocol && (b.network.IsOverlay() || !b.caps.IPv6) {
+		// Single-stack, as upstream: overlay networks carry one family, and
+		// HNS before 11.10 has no IPv6 load balancers.
+		if !b.idleLogged {
+			b.idleLogged = true
+			klog.InfoS("IPv6 Services are not programmed: this node is single-stack for kproxy",
+				"network", b.network.Name, "overlay", b.network.IsOverlay(), "hnsSupportsIPv6", b.caps.IPv6)
+		}
+		return nil
 	}
 	if b.network.IsOverlay() && !b.opts.SourceVIP.IsValid() && !b.sourceVIP.IsValid() {
 		ip, from, err := findSourceVIP(&b.opts, b.network.Name, b.rec, snap.Node.PodCIDRs)
