@@ -1,6 +1,7 @@
 package windows
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,9 +82,10 @@ func (r *CheckResult) OK() bool {
 
 // Write prints the result as a table, then the problems and a verdict.
 func (r *CheckResult) Write(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "HNS %s, network %q\n\n", r.Version, r.Network)
-	fmt.Fprintln(tw, "FAMILY\tOBJECT\tFIELD\tSENT\tREAD BACK\t")
+	var buf bytes.Buffer // writes to it cannot fail; w's error is returned
+	tw := tabwriter.NewWriter(&buf, 2, 4, 2, ' ', 0)
+	_, _ = fmt.Fprintf(tw, "HNS %s, network %q\n\n", r.Version, r.Network)
+	_, _ = fmt.Fprintln(tw, "FAMILY\tOBJECT\tFIELD\tSENT\tREAD BACK\t")
 	for _, row := range r.Rows {
 		mark := ""
 		if !row.OK() {
@@ -93,19 +95,18 @@ func (r *CheckResult) Write(w io.Writer) error {
 		if read == "" && row.Sent != "" {
 			read = "(not returned)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Family, row.Object, row.Field, row.Sent, read, mark)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Family, row.Object, row.Field, row.Sent, read, mark)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	_ = tw.Flush()
 	for _, p := range r.Problems {
-		fmt.Fprintf(w, "PROBLEM: %s\n", p)
+		_, _ = fmt.Fprintf(&buf, "PROBLEM: %s\n", p)
 	}
 	verdict := "OK: HNS returned every field kproxy sent"
 	if !r.OK() {
 		verdict = "DIFFERENCES: send this output to the kproxy maintainers with the Windows build (winver)"
 	}
-	_, err := fmt.Fprintln(w, verdict)
+	buf.WriteString(verdict + "\n")
+	_, err := w.Write(buf.Bytes())
 	return err
 }
 
