@@ -81,13 +81,14 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 		}
 	}
 	var rejected []rejection
+	routesRead := false
 	for pass := 1; ; pass++ {
 		facts := b.facts(snap)
 		full := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
 		if full.Err != nil {
 			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, full.Err)
 		}
-		if pass == 1 && !list && b.needsRoutes(full, facts) {
+		if !routesRead && !list && b.needsRoutes(full, facts) {
 			// A remote address outside every known subnet: a new node's
 			// subnet may have been added since the listing.
 			n, err := b.hns.GetNetwork(b.network.Name)
@@ -101,6 +102,8 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 			} else {
 				b.network.RemoteSubnets = n.RemoteSubnets
 			}
+			routesRead = true
+			pass-- // plan again; this pass made no change to HNS
 			continue
 		}
 		b.report(full.Warnings)
