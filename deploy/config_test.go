@@ -121,8 +121,10 @@ func TestDaemonSetStartsWithValidConfig(t *testing.T) {
 				t.Errorf("the service account token the kubeconfig uses is not mounted")
 			}
 			if tc.mode == config.ModeKernelspace {
-				if got, want := o.Winkernel().NetworkName, envValue(proxyContainer(ds), "KUBE_NETWORK"); got == "" || got != want {
-					t.Errorf("HNS network %q, want KUBE_NETWORK's %q", got, want)
+				// Empty: kproxy uses the node's only L2Bridge or Overlay
+				// network; the ConfigMap is where an operator names one.
+				if got := o.Winkernel().NetworkName; got != "" {
+					t.Errorf("HNS network %q in the shipped configuration, want it empty (found on the node)", got)
 				}
 			}
 		})

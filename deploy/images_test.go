@@ -142,7 +142,7 @@ func TestWindowsImage(t *testing.T) {
 			t.Errorf("start.ps1 passes --%s, which kproxy does not have", m[1])
 		}
 	}
-	optional := map[string]bool{"SOURCE_VIP": true, "CONTAINER_SANDBOX_MOUNT_POINT": true}
+	optional := map[string]bool{"SOURCE_VIP": true, "SOURCE_VIP_FILE": true, "CONTAINER_SANDBOX_MOUNT_POINT": true, "TEMP": true}
 	for _, m := range regexp.MustCompile(`\$env:([A-Z_]+)`).FindAllStringSubmatch(string(script), -1) {
 		if !optional[m[1]] && envValue(c, m[1]) == "" {
 			t.Errorf("start.ps1 reads $env:%s, which the DaemonSet does not set", m[1])

@@ -184,17 +184,18 @@ func windowsInvariants() []invariant {
 				return want(v == "kernelspace", "--proxy-mode=%q", v)
 			},
 			func(ds *appsv1.DaemonSet) { setFlag(proxyContainer(ds), "proxy-mode", "iptables") }},
-		invariant{"HNS network from KUBE_NETWORK",
+		invariant{"no hard-coded HNS network: the ConfigMap's winkernel.networkName, else the node's only usable network",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				return want(envValue(proxyContainer(ds), "KUBE_NETWORK") != "", "no KUBE_NETWORK value")
+				for _, e := range proxyContainer(ds).Env {
+					if e.Name == "KUBE_NETWORK" {
+						return want(false, "KUBE_NETWORK is set in the DaemonSet (%q): the network differs per CNI and belongs in the ConfigMap", e.Value)
+					}
+				}
+				return nil
 			},
 			func(ds *appsv1.DaemonSet) {
 				c := proxyContainer(ds)
-				for i := range c.Env {
-					if c.Env[i].Name == "KUBE_NETWORK" {
-						c.Env[i].Value = ""
-					}
-				}
+				c.Env = append(c.Env, v1.EnvVar{Name: "KUBE_NETWORK", Value: "flannel.4096"})
 			}},
 	)
 }

@@ -27,6 +27,7 @@ func hnsOptions(o *config.Options, family v1.IPFamily, hns windows.HNS, env app.
 		EnableDSR:             w.EnableDSR,
 		RootHNSEndpointName:   w.RootHNSEndpointName,
 		ForwardHealthCheckVIP: w.ForwardHealthCheckVIP,
+		CheckPeriod:           o.SyncPeriod(),
 		Warn:                  env.Warn,
 	}
 	if env.Metrics != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -30,7 +31,11 @@ func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Bac
 	}
 	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		b, err := windows.New(hnsOptions(o, fam, hns, env))
+		opts := hnsOptions(o, fam, hns, env)
+		// Overlay networks without a configured source VIP: reserved in the
+		// CNI host-local store (docs/windows.md).
+		opts.ReserveSourceVIP = windows.ReserveInIPAMStore(os.Getenv(envIPAMDataDir))
+		b, err := windows.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}

@@ -19,6 +19,18 @@ type applyResult struct {
 	stale bool
 	// transient: HNS is unavailable; the remaining operations were not tried.
 	transient bool
+	// rejected are the operations HNS refused for good (see isRejection):
+	// not in err; the sync isolates them.
+	rejected []rejection
+}
+
+// joined returns every error, the rejections included.
+func (r *applyResult) joined() error {
+	errs := []error{r.err}
+	for _, x := range r.rejected {
+		errs = append(errs, x.err)
+	}
+	return errors.Join(errs...)
 }
 
 // apply executes the operations in order, keeping the record in step with
@@ -38,6 +50,16 @@ func (b *Backend) apply(ctx context.Context, r *Reconciliation) applyResult {
 		klog.V(4).InfoS("HNS operation", "family", b.opts.Family, "op", op.String())
 		err := b.do(op)
 		if err == nil {
+			continue
+		}
+		if isRejection(op, err) {
+			res.rejected = append(res.rejected, rejection{op: op, err: err})
+			continue
+		}
+		if op.Kind == OpKindDeleteEndpoint && ClassOf(err) == ClassInUse && len(res.rejected) > 0 {
+			// Still held by a load balancer whose update HNS refused (it is
+			// kept as it was); the endpoint goes once that one changes.
+			klog.V(2).InfoS("Endpoint kept: still used by a load balancer HNS refused to update", "family", b.opts.Family, "op", op.String())
 			continue
 		}
 		errs = append(errs, err)
@@ -90,6 +112,9 @@ func (b *Backend) createEndpoint(spec *EndpointSpec) error {
 	if len(out.IPConfigurations) == 0 { // keep what we asked for
 		o.Remote, o.ProviderAddress, o.Name = spec.Remote(), spec.ProviderAddress, spec.Name()
 	}
+	sent := sentFrom(spec)
+	b.sentEP[o.ID] = sent
+	fillEndpoint(o, sent) // what HNS did not return (echo.go)
 	b.rec.setEndpoint(o)
 	return nil
 }
@@ -102,6 +127,7 @@ func (b *Backend) deleteEndpoint(ep *ObservedEndpoint) error {
 	if cur := b.rec.Endpoints[ep.IP]; cur != nil && cur.ID == ep.ID {
 		delete(b.rec.Endpoints, ep.IP)
 	}
+	delete(b.sentEP, ep.ID)
 	for i, s := range b.rec.Shadowed {
 		if s.ID == ep.ID {
 			b.rec.Shadowed = append(b.rec.Shadowed[:i], b.rec.Shadowed[i+1:]...)
@@ -151,6 +177,7 @@ func (b *Backend) record(id string, spec *LBSpec, ids []string) {
 	}
 	sort.Strings(sorted)
 	b.rec.LoadBalancers[spec.slot] = &ObservedLB{ID: id, Spec: spec, EndpointIDs: sorted, Slot: spec.slot, gen: b.rec.idGen}
+	b.sentLBs[strings.ToLower(id)] = sentLB{spec: spec}
 }
 
 func (b *Backend) createLB(want *LBSpec) error {
@@ -211,6 +238,7 @@ func (b *Backend) deleteLB(old *ObservedLB) error {
 }
 
 func (b *Backend) forgetLB(old *ObservedLB) {
+	delete(b.sentLBs, strings.ToLower(old.ID))
 	if old.Spec != nil {
 		if cur := b.rec.LoadBalancers[old.Spec.slot]; cur != nil && cur.ID == old.ID {
 			delete(b.rec.LoadBalancers, old.Spec.slot)

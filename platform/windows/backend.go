@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +26,9 @@ const (
 	// DefaultResyncPeriod is how often the backend lists HNS again to repair
 	// what was changed out of band.
 	DefaultResyncPeriod = 5 * time.Minute
+	// DefaultCheckPeriod is how often the backend checks that what it
+	// programmed still exists (upstream's default sync period).
+	DefaultCheckPeriod = 30 * time.Second
 )
 
 // EnvNetworkName is the environment variable upstream reads when no network
@@ -61,11 +62,20 @@ type Options struct {
 	// ever touches load balancers and endpoints of its family.
 	Family v1.IPFamily
 	// NetworkName is the HNS network: winkernel.networkName / --network-name,
-	// else $KUBE_NETWORK (see NetworkNameFromEnv).
+	// else $KUBE_NETWORK (see NetworkNameFromEnv). Empty: the only L2Bridge
+	// or Overlay network on the host (an error lists them when there are
+	// several, or none yet).
 	NetworkName string
-	// SourceVIP is winkernel.sourceVip / --source-vip: required on overlay
-	// networks, unused on others. An address of the other family is ignored.
+	// SourceVIP is winkernel.sourceVip / --source-vip, for overlay networks
+	// (unused on others). An address of the other family is ignored. When
+	// unset, the backend uses the address of the Calico_ep endpoint if the
+	// network has one, else ReserveSourceVIP's.
 	SourceVIP netip.Addr
+	// ReserveSourceVIP reserves (or finds again, after a restart) an address
+	// of the node's pod subnet for the source VIP, avoiding addresses for
+	// which avoid is true (e.g. HostLocalReservation.Reserve). Nil: overlay
+	// networks need SourceVIP or a Calico_ep endpoint.
+	ReserveSourceVIP func(network string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error)
 	// EnableDSR is winkernel.enableDSR / --enable-dsr: direct server return
 	// on ClusterIP load balancers, when HNS supports it.
 	EnableDSR bool
@@ -90,6 +100,17 @@ type Options struct {
 	// changes (default 5m; negative: never). HNS is also listed on the first
 	// sync and after any failed sync.
 	ResyncPeriod time.Duration
+	// CallTimeout bounds each HNS call (default DefaultCallTimeout; negative:
+	// no bound). A call that does not return in time fails the sync as HNS
+	// being unavailable, and no further call is made until it returns.
+	CallTimeout time.Duration
+	// CheckPeriod is how often a sync first checks, cheaply, that the objects
+	// in the record still exist in HNS (one listing of load balancers and
+	// one of the network's endpoints, compared by ID), and lists and repairs
+	// everything when one is gone: an HNS restart, a load balancer deleted
+	// out of band, a recreated network. Default DefaultCheckPeriod (kproxy
+	// passes its sync period); negative: never.
+	CheckPeriod time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
 	// Warn is called once per Service and reason when HNS cannot do what the
@@ -132,10 +153,19 @@ type Backend struct {
 	caps *Capabilities
 	// network is nil until the network was found.
 	network *Network
+	// netName is the network's name: Options.NetworkName, else the one
+	// found on the host ("" until found).
+	netName string
 	// rec is what exists in HNS (nil until listed).
 	rec      *State
 	needList bool
 	lastList time.Time
+	// lastCheck is when the record was last checked against HNS (or listed).
+	lastCheck time.Time
+	// routeChecked are remote addresses outside every remote subnet for
+	// which the network was read again (cleared at each listing): a new
+	// node's subnet is looked up once, not at every sync.
+	routeChecked map[netip.Addr]bool
 	// ifaces are the host's interfaces, read at each listing.
 	ifaces []HostInterface
 	// missingLocal are the local addresses found missing at the last sync:
@@ -146,6 +176,24 @@ type Backend struct {
 	warned map[warnKey]bool
 	// plans memoizes per-port planning across syncs.
 	plans *PlanCache
+	// sentLBs and sentEP are what kproxy sent for the objects it created,
+	// by lower-case HNS ID: the fields HNS may not return (echo.go).
+	sentLBs map[string]sentLB
+	sentEP  map[string]sentEndpoint
+	// quar holds what HNS rejected for good, by object (see quarantine.go).
+	quar map[string]*quarantined
+	// sourceVIP is the source VIP found on an overlay network when none is
+	// configured (invalid until found); noVIP lists the ports left out
+	// while none can be found.
+	sourceVIP netip.Addr
+	noVIP     []proxy.QuarantinedPort
+	// idleLogged: this IPv6 backend said once why it programs nothing.
+	idleLogged bool
+
+	// qmu guards qPublished, what Quarantined returns (it must not wait for
+	// a sync).
+	qmu        sync.Mutex
+	qPublished []proxy.QuarantinedPort
 }
 
 var (
@@ -155,8 +203,8 @@ var (
 
 // New returns a backend. It makes no HNS call.
 func New(opts Options) (*Backend, error) {
-	if opts.NetworkName == "" {
-		return nil, errors.New("windows backend: NetworkName is required")
+	if opts.NetworkName == "" && opts.HNS == nil {
+		return nil, errors.New("windows backend: NetworkName is required for a dry run without HNS")
 	}
 	switch opts.Family {
 	case "":
@@ -177,6 +225,12 @@ func New(opts Options) (*Backend, error) {
 	if opts.ResyncPeriod == 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}
+	if opts.CallTimeout == 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
+	if opts.CheckPeriod == 0 {
+		opts.CheckPeriod = DefaultCheckPeriod
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -194,6 +248,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	b := &Backend{
 		opts:         opts,
+		netName:      opts.NetworkName,
+		sentLBs:      make(map[string]sentLB),
+		sentEP:       make(map[string]sentEndpoint),
 		clock:        opts.Clock,
 		needList:     true,
 		missingLocal: make(map[netip.Addr]bool),
@@ -201,7 +258,11 @@ func New(opts Options) (*Backend, error) {
 		plans:        NewPlanCache(),
 	}
 	if opts.HNS != nil {
-		b.hns = instrumented{hns: opts.HNS, m: opts.Metrics, clock: opts.Clock}
+		h := opts.HNS
+		if opts.CallTimeout > 0 {
+			h = &timeoutHNS{hns: h, timeout: opts.CallTimeout}
+		}
+		b.hns = instrumented{hns: h, m: opts.Metrics, clock: opts.Clock}
 	}
 	return b, nil
 }
@@ -216,283 +277,31 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && b.clock.Since(b.lastList) >= b.opts.ResyncPeriod
-	if ch.Empty() && !b.needList && !resync {
+	now := b.clock.Now()
+	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && now.Sub(b.lastList) >= b.opts.ResyncPeriod
+	list := b.needList || resync
+	check := !list && b.opts.CheckPeriod > 0 && now.Sub(b.lastCheck) >= b.opts.CheckPeriod
+	if ch.Empty() && !list && !check && !b.quarantineDue(now) {
 		return nil
 	}
-	err := b.sync(ctx, snap, b.needList || resync)
-	b.needList = err != nil
-	return err
-}
-
-func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) error {
-	if list {
-		if err := b.list(); err != nil {
+	if b.noVIP != nil && b.opts.CheckPeriod > 0 && now.Sub(b.lastList) >= b.opts.CheckPeriod {
+		list = true // look for the Calico endpoint again
+	}
+	if check && !list {
+		b.lastCheck = now
+		gone, err := b.checkRecord()
+		if err != nil {
+			b.needList = true
 			return err
 		}
-	}
-	for pass := 1; ; pass++ {
-		facts := b.facts(snap)
-		plan := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
-		if plan.Err != nil {
-			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, plan.Err)
-		}
-		b.report(plan.Warnings)
-		r := Reconcile(plan, b.rec, b.caps.ModifyLoadBalancer)
-		if !list && b.recheckMissing(r.MissingLocal) {
-			// A local endpoint the CNI may have created since the last listing.
-			if err := b.refreshEndpoints(); err != nil {
-				return err
-			}
-			b.lastRecheck = b.clock.Now()
-			r = Reconcile(plan, b.rec, b.caps.ModifyLoadBalancer)
-		}
-		b.missingLocal = make(map[netip.Addr]bool, len(r.MissingLocal))
-		for _, ip := range r.MissingLocal {
-			b.missingLocal[ip] = true
-		}
-		if len(r.MissingLocal) > 0 {
-			klog.V(2).InfoS("Local endpoints not in HNS yet, left out of load balancers", "family", b.opts.Family, "addresses", r.MissingLocal)
-		}
-		if r.Empty() {
-			klog.V(4).InfoS("HNS already matches", "family", b.opts.Family, "loadBalancers", len(plan.LoadBalancers))
-			return nil
-		}
-		klog.V(2).InfoS("Programming HNS", "family", b.opts.Family, "operations", len(r.Ops), "loadBalancers", len(plan.LoadBalancers), "endpoints", len(plan.Endpoints))
-		res := b.apply(ctx, r)
-		if res.stale && !res.transient && pass == 1 {
-			// HNS holds something the record does not: list again and adopt.
-			klog.V(2).InfoS("HNS differs from the record; listing again", "family", b.opts.Family)
-			if err := b.list(); err != nil {
-				return errors.Join(res.err, err)
-			}
-			continue
-		}
-		return res.err
-	}
-}
-
-// list reads the network, the endpoints and the load balancers, and replaces
-// the record. The HNS version is asked once.
-func (b *Backend) list() error {
-	if b.caps == nil {
-		v, err := b.hns.Version()
-		if err != nil {
-			return fmt.Errorf("asking HNS for its version: %w", err)
-		}
-		caps := CapabilitiesFor(v)
-		b.caps = &caps
-		klog.InfoS("HNS capabilities", "version", v.String(), "dsr", caps.DSR, "sessionAffinity", caps.SessionAffinity,
-			"ipv6", caps.IPv6, "modifyLoadBalancer", caps.ModifyLoadBalancer)
-		if b.opts.EnableDSR && !caps.DSR {
-			klog.InfoS("DSR is enabled but this HNS does not support it; load balancers are programmed without DSR", "version", v.String())
+		if gone != "" {
+			klog.InfoS("Objects kproxy programmed are gone from HNS; listing and repairing", "family", b.opts.Family, "gone", gone)
+			list = true
 		}
 	}
-	o, err := b.read()
-	if err != nil {
-		return err
-	}
-	n := o.network
-	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
-		klog.InfoS("HNS network was recreated; reprogramming everything", "network", n.Name, "oldID", b.network.ID, "newID", n.ID)
-	}
-	if (b.network == nil || b.network.Type != n.Type) && !n.IsOverlay() && b.opts.SourceVIP.IsValid() {
-		klog.InfoS("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
-	}
-	b.network, b.rec, b.ifaces = n, o.rec, o.ifaces
-	b.lastList = b.clock.Now()
-	b.lastRecheck = b.lastList
-	klog.V(2).InfoS("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
-		"endpoints", len(b.rec.Endpoints), "loadBalancers", len(b.rec.LoadBalancers), "orphans", len(b.rec.Orphans))
-	return nil
-}
-
-// observed is one full reading of HNS (and of the host's interfaces).
-type observed struct {
-	network *Network
-	rec     *State
-	ifaces  []HostInterface
-}
-
-// read lists the network, its endpoints and the load balancers, without
-// changing the backend.
-func (b *Backend) read() (*observed, error) {
-	n, err := b.hns.GetNetwork(b.opts.NetworkName)
-	if err != nil {
-		if IsNotFound(err) {
-			return nil, fmt.Errorf("waiting for HNS network %q (created by the CNI): %w", b.opts.NetworkName, err)
-		}
-		return nil, fmt.Errorf("getting HNS network %q: %w", b.opts.NetworkName, err)
-	}
-	eps, err := b.hns.ListEndpoints(n.ID)
-	if err != nil {
-		return nil, fmt.Errorf("listing endpoints of HNS network %q: %w", n.Name, err)
-	}
-	lbs, err := b.hns.ListLoadBalancers()
-	if err != nil {
-		return nil, fmt.Errorf("listing HNS load balancers: %w", err)
-	}
-	o := &observed{network: n, rec: Observe(b.opts.Family, n.ID, eps, lbs)}
-	if ifaces, err := b.opts.Interfaces(); err == nil {
-		o.ifaces = ifaces
-	} else {
-		klog.V(2).InfoS("Cannot list host interfaces; node IP and MAC from the Node object only", "err", err)
-	}
-	return o, nil
-}
-
-// refreshEndpoints lists the network's endpoints and adds those the record
-// lacks (local endpoints created by the CNI since the last listing).
-func (b *Backend) refreshEndpoints() error {
-	eps, err := b.hns.ListEndpoints(b.rec.NetworkID)
-	if err != nil {
-		return fmt.Errorf("listing endpoints of HNS network %q: %w", b.network.Name, err)
-	}
-	fresh := Observe(b.opts.Family, b.rec.NetworkID, eps, nil)
-	for ip, ep := range fresh.Endpoints {
-		if old := b.rec.Endpoints[ip]; old == nil || (old.Remote && !ep.Remote) {
-			b.rec.setEndpoint(ep)
-		}
-	}
-	return nil
-}
-
-// missingRecheck is how often, at most, a sync lists the endpoints again
-// because local endpoints it needs are still missing.
-const missingRecheck = time.Minute
-
-// recheckMissing reports whether missing local endpoints justify listing the
-// network's endpoints again: when an address is newly missing, or when some
-// are still missing a while after the last look. A host-network endpoint on
-// this node (the node's own address) is missing for good; it costs at most
-// one listing a minute, and only in syncs that happen anyway.
-func (b *Backend) recheckMissing(ips []netip.Addr) bool {
-	if len(ips) == 0 {
-		return false
-	}
-	for _, ip := range ips {
-		if !b.missingLocal[ip] {
-			return true
-		}
-	}
-	return b.clock.Since(b.lastRecheck) >= missingRecheck
-}
-
-// facts gathers the node facts for a plan from the backend's record.
-func (b *Backend) facts(snap *proxy.Snapshot) *Facts {
-	var caps Capabilities
-	if b.caps != nil {
-		caps = *b.caps
-	}
-	return gatherFacts(&b.opts, caps, b.network, b.ifaces, b.rec, snap)
-}
-
-// gatherFacts derives the node facts from the options, what HNS said and the snapshot.
-func gatherFacts(opts *Options, caps Capabilities, network *Network, ifaces []HostInterface, rec *State, snap *proxy.Snapshot) *Facts {
-	f := &Facts{
-		Family:                opts.Family,
-		SourceVIP:             opts.SourceVIP,
-		EnableDSR:             opts.EnableDSR,
-		Caps:                  caps,
-		ForwardHealthCheckVIP: opts.ForwardHealthCheckVIP,
-		HealthzPort:           uint16(opts.HealthzPort),
-	}
-	if network != nil {
-		f.Network = *network
-	}
-	f.NodeIP = nodeIP(opts, ifaces, snap)
-	f.HostMAC = opts.HostMAC
-	if f.HostMAC == "" && f.NodeIP.IsValid() {
-		f.HostMAC = macOf(ifaces, f.NodeIP)
-	}
-	if rec != nil && opts.ForwardHealthCheckVIP {
-		f.RootEndpointIP = rootEndpointIP(rec, opts.RootHNSEndpointName)
-	}
-	return f
-}
-
-// nodeIP is Options.NodeIP, else the Node's first address of the family held
-// by a host interface, else its first address of the family.
-func nodeIP(opts *Options, ifaces []HostInterface, snap *proxy.Snapshot) netip.Addr {
-	v6 := opts.Family == v1.IPv6Protocol
-	if ip := opts.NodeIP.Unmap(); ip.IsValid() && ip.Is6() == v6 {
-		return ip
-	}
-	var first netip.Addr
-	for _, a := range snap.Node.Addresses {
-		a = a.Unmap()
-		if !a.IsValid() || a.Is6() != v6 {
-			continue
-		}
-		if hasAddr(ifaces, a) {
-			return a
-		}
-		if !first.IsValid() {
-			first = a
-		}
-	}
-	return first
-}
-
-func hasAddr(ifaces []HostInterface, ip netip.Addr) bool {
-	for _, i := range ifaces {
-		for _, a := range i.Addrs {
-			if a == ip {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func macOf(ifaces []HostInterface, ip netip.Addr) string {
-	for _, i := range ifaces {
-		for _, a := range i.Addrs {
-			if a == ip {
-				return i.MAC
-			}
-		}
-	}
-	return ""
-}
-
-func rootEndpointIP(st *State, name string) netip.Addr {
-	var found []netip.Addr
-	for ip, ep := range st.Endpoints {
-		if !ep.Remote && strings.EqualFold(ep.Name, name) {
-			found = append(found, ip)
-		}
-	}
-	if len(found) == 0 {
-		return netip.Addr{}
-	}
-	sort.Slice(found, func(i, j int) bool { return found[i].Less(found[j]) })
-	return found[0]
-}
-
-// hostInterfaces lists the host's interfaces with package net.
-func hostInterfaces() ([]HostInterface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("listing interfaces: %w", err)
-	}
-	var out []HostInterface
-	for _, i := range ifs {
-		hi := HostInterface{Name: i.Name, MAC: strings.ReplaceAll(i.HardwareAddr.String(), ":", "-")}
-		addrs, err := i.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					hi.Addrs = append(hi.Addrs, ip.Unmap())
-				}
-			}
-		}
-		out = append(out, hi)
-	}
-	return out, nil
+	err := b.sync(ctx, snap, list)
+	b.needList = err != nil
+	return err
 }
 
 // report logs and forwards each new (Service, reason) warning once, and
@@ -531,14 +340,45 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	defer b.mu.Unlock()
 	if err := b.list(); err != nil {
 		b.needList = true
-		return fmt.Errorf("cleanup: %w", err)
+		if !IsNotFound(err) && !errors.Is(err, ErrNoNetwork) {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+		// The network is gone (its endpoints with it): delete the family's
+		// load balancers all the same, as upstream does.
+		klog.InfoS("No HNS network; removing every load balancer of the family", "family", b.opts.Family, "reason", err)
+		return b.cleanupLoadBalancers()
 	}
 	r := Reconcile(&Plan{Family: b.opts.Family}, b.rec, false)
 	klog.InfoS("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
 	res := b.apply(ctx, r)
 	b.needList = true // the next sync starts from a listing
-	if res.err != nil {
-		return fmt.Errorf("cleanup: %w", res.err)
+	if err := res.joined(); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
+}
+
+// cleanupLoadBalancers deletes every load balancer of the backend's family.
+func (b *Backend) cleanupLoadBalancers() error {
+	lbs, err := b.hns.ListLoadBalancers()
+	if err != nil {
+		return fmt.Errorf("cleanup: listing HNS load balancers: %w", err)
+	}
+	var errs []error
+	n := 0
+	for i := range lbs {
+		if (lbs[i].Flags&LBFlagIPv6 != 0) != (b.opts.Family == v1.IPv6Protocol) {
+			continue
+		}
+		if err := b.hns.DeleteLoadBalancer(lbs[i].ID); err != nil && !IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting load balancer %s: %w", lbs[i].ID, err))
+			continue
+		}
+		n++
+	}
+	klog.InfoS("Removed HNS load balancers", "family", b.opts.Family, "count", n)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil
 }

@@ -256,7 +256,9 @@ func TestBackendHNSRestartLosesObjects(t *testing.T) {
 }
 
 func TestBackendRepairsOutOfBandDeletionOnResync(t *testing.T) {
-	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern, func(o *Options) { o.ResyncPeriod = 10 * time.Minute })
+	// The resync alone (the cheap per-period check is off here; see
+	// TestBackendCheckRepairsWithinOneSyncPeriod).
+	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern, func(o *Options) { o.ResyncPeriod = 10 * time.Minute; o.CheckPeriod = -1 })
 	h.mustSync(webAndDNS(), proxy.Changes{Full: true})
 	for _, lb := range h.f.LoadBalancers() {
 		if len(lb.FrontendVIPs) == 1 && lb.FrontendVIPs[0] == "10.96.0.53" {
@@ -341,7 +343,7 @@ func TestBackendAlreadyExistsAdopts(t *testing.T) {
 }
 
 func TestBackendLocalEndpointAppearsLater(t *testing.T) {
-	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern)
+	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern, func(o *Options) { o.CheckPeriod = -1 })
 	late := snap(node(), svcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, eps(localEP("10.244.1.7", 8080), remoteEP("10.244.2.5", 8080))))
 	h.mustSync(late, proxy.Changes{Full: true})
 	mustEqual(t, "without the missing local endpoint", h.f.Dump(), `lb TCP 10.96.0.10:80 -> 8080 flags=0 pflags=0 dist=0 eps=10.244.2.5
@@ -448,8 +450,11 @@ func TestBackendMetrics(t *testing.T) {
 	h := newHarness(t, Network{Name: "net", Type: NetworkTypeL2Bridge}, hnsModern, func(o *Options) { o.Metrics = m })
 	h.f.FailOp(OpCreateLoadBalancer, NewError(OpCreateLoadBalancer, CodeInvalidArg, errors.New("bad")))
 	_, err := h.sync(webAndDNS(), proxy.Changes{Full: true})
-	if err == nil {
-		t.Fatal("want the injected error")
+	if err != nil {
+		t.Fatal(err) // the rejected load balancer is isolated (quarantine_test.go)
+	}
+	if q := h.b.Quarantined(); len(q) != 1 {
+		t.Errorf("want the rejected load balancer's port quarantined, got %+v", q)
 	}
 	if m.calls[OpCreateLoadBalancer] != 3 || m.calls[OpVersion] != 1 {
 		t.Errorf("latency observations %v", m.calls)

@@ -40,6 +40,11 @@
 // set), so one found in HNS is adopted only if it is exactly what is wanted.
 // At start, HNS is listed once: matching load balancers are kept, differing
 // ones updated or replaced, the rest deleted. Afterwards the backend works
-// from its record and lists HNS again only every ResyncPeriod and after a
-// failed sync. One Backend handles one IP family; a dual-stack node runs two.
+// from its record: every CheckPeriod it checks cheaply (IDs only) that what
+// it recorded still exists, and it lists HNS again every ResyncPeriod, after
+// a failed sync and when the check finds something gone. Fields HNS may not
+// return come from its record of what it sent (echo.go). What HNS refuses
+// for good is isolated and retried with backoff (quarantine.go); every call
+// is bounded by a timeout (timeout.go). One Backend handles one IP family; a
+// dual-stack node runs two.
 package windows

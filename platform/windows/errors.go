@@ -19,7 +19,7 @@ const (
 	// ClassAlreadyExists: a conflicting object exists; re-list and adopt.
 	ClassAlreadyExists
 	// ClassTransient: HNS is restarting or unreachable (RPC failures, module
-	// not found). Retry the whole sync later with backoff; never forget what
+	// not found, a call that did not return within Options.CallTimeout). Retry the whole sync later with backoff; never forget what
 	// was programmed.
 	ClassTransient
 	// ClassNotImplemented: this HNS version lacks the operation.
@@ -77,7 +77,7 @@ func ClassifyCode(code uint32) Class {
 	case CodeAlreadyExists, CodePortAlreadyExists, CodePolicyAlreadyExists:
 		return ClassAlreadyExists
 	case CodeModNotFound, CodeServiceNotActive, CodeRPCServerUnavailable, CodeRPCCallFailed,
-		CodeRPCCallFailedDNE, CodeRPCDisconnected, CodeManagerStopped:
+		CodeRPCCallFailedDNE, CodeRPCDisconnected, CodeManagerStopped, CodeTimeout:
 		return ClassTransient
 	case CodeNotImplemented, CodeRequestUnsupported:
 		return ClassNotImplemented

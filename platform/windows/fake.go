@@ -38,9 +38,13 @@ type FakeHNS struct {
 	nextID   int
 	calls    map[string]int
 	total    int
-	failAt   map[int]error      // absolute call number → error
-	failOp   map[string][]error // operation → queued errors
-	down     int                // >0: the next down calls fail as "restarting"; <0: until Up
+	failAt   map[int]error            // absolute call number → error
+	failOp   map[string][]error       // operation → queued errors
+	down     int                      // >0: the next down calls fail as "restarting"; <0: until Up
+	hang     map[string]chan struct{} // operation → closed when the hung calls may return
+	rejectLB func(*LoadBalancer) error
+	rejectEP func(*Endpoint) error
+	drops    EchoDrops
 }
 
 var _ HNS = (*FakeHNS)(nil)
@@ -143,79 +147,6 @@ func (f *FakeHNS) dropLB(id string) {
 	}
 }
 
-// --- failure injection and call counts ---
-
-// FailCall makes the nth call from now (1 = the next one) fail with err.
-func (f *FakeHNS) FailCall(n int, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failAt[f.total+n] = err
-}
-
-// FailOp makes the next call of op fail with err (queued: call again for more).
-func (f *FakeHNS) FailOp(op string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failOp[op] = append(f.failOp[op], err)
-}
-
-// Down makes the next n calls fail as if HNS were restarting (n < 0: until Up).
-func (f *FakeHNS) Down(n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = n
-}
-
-// Up ends a restarting period.
-func (f *FakeHNS) Up() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = 0
-}
-
-// Restart simulates an HNS restart that loses the non-persistent objects:
-// every load balancer and every remote endpoint.
-func (f *FakeHNS) Restart() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lbs = make(map[string]*LoadBalancer)
-	f.lbBySlot = make(map[string]map[string]bool)
-	for id, ep := range f.endpoints {
-		if ep.IsRemote() {
-			f.dropEndpoint(id)
-		}
-	}
-}
-
-// Calls returns the number of calls per operation since the last ResetCalls.
-func (f *FakeHNS) Calls() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.calls))
-	for k, v := range f.calls {
-		out[k] = v
-	}
-	return out
-}
-
-// TotalCalls returns the number of calls since the last ResetCalls.
-func (f *FakeHNS) TotalCalls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, v := range f.calls {
-		n += v
-	}
-	return n
-}
-
-// ResetCalls zeroes the call counts (pending failures keep their position).
-func (f *FakeHNS) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = make(map[string]int)
-}
-
 // --- out-of-band changes (the CNI, an operator) ---
 
 // AddNetwork adds a network and returns its ID (n.ID is used when set).
@@ -237,6 +168,19 @@ func (f *FakeHNS) SetRemoteSubnets(networkID string, rs []RemoteSubnet) {
 	defer f.mu.Unlock()
 	if n := f.networks[networkID]; n != nil {
 		n.RemoteSubnets = append([]RemoteSubnet(nil), rs...)
+	}
+}
+
+// RemoveNetwork deletes a network with its endpoints, as a CNI's cleanup
+// does. Load balancers keep referring to the deleted endpoints.
+func (f *FakeHNS) RemoveNetwork(networkID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.networks, networkID)
+	for id, ep := range f.endpoints {
+		if ep.HostComputeNetwork == networkID {
+			f.dropEndpoint(id)
+		}
 	}
 }
 
@@ -402,6 +346,7 @@ func addrLess(a, b string) bool {
 
 // Version implements HNS.
 func (f *FakeHNS) Version() (Version, error) {
+	f.wait(OpVersion)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpVersion); err != nil {
@@ -410,8 +355,27 @@ func (f *FakeHNS) Version() (Version, error) {
 	return f.version, nil
 }
 
+// ListNetworks implements HNS.
+func (f *FakeHNS) ListNetworks() ([]Network, error) {
+	f.wait(OpListNetworks)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(OpListNetworks); err != nil {
+		return nil, err
+	}
+	out := make([]Network, 0, len(f.networks))
+	for _, n := range f.networks {
+		c := *n
+		c.RemoteSubnets = append([]RemoteSubnet(nil), n.RemoteSubnets...)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
 // GetNetwork implements HNS.
 func (f *FakeHNS) GetNetwork(name string) (*Network, error) {
+	f.wait(OpGetNetwork)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpGetNetwork); err != nil {
@@ -429,6 +393,7 @@ func (f *FakeHNS) GetNetwork(name string) (*Network, error) {
 
 // ListEndpoints implements HNS.
 func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
+	f.wait(OpListEndpoints)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpListEndpoints); err != nil {
@@ -440,7 +405,7 @@ func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
 	var out []Endpoint
 	for _, ep := range f.endpoints {
 		if ep.HostComputeNetwork == networkID {
-			out = append(out, *cloneEndpoint(ep))
+			out = append(out, *f.readEndpoint(ep))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -449,6 +414,7 @@ func (f *FakeHNS) ListEndpoints(networkID string) ([]Endpoint, error) {
 
 // CreateEndpoint implements HNS.
 func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, error) {
+	f.wait(OpCreateEndpoint)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpCreateEndpoint); err != nil {
@@ -461,6 +427,11 @@ func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, err
 	if len(ips) == 0 {
 		return nil, fakeErr(OpCreateEndpoint, CodeInvalidArg, "endpoint without a valid IP address")
 	}
+	if f.rejectEP != nil {
+		if err := f.rejectEP(ep); err != nil {
+			return nil, err
+		}
+	}
 	for _, a := range ips {
 		if other, ok := f.epByAddr[networkID+"/"+a.String()]; ok {
 			return nil, fakeErr(OpCreateEndpoint, CodeAlreadyExists, "address %s is used by endpoint %s", a, other)
@@ -470,11 +441,12 @@ func (f *FakeHNS) CreateEndpoint(networkID string, ep *Endpoint) (*Endpoint, err
 	c.ID = f.newID()
 	c.HostComputeNetwork = networkID
 	f.putEndpoint(c)
-	return cloneEndpoint(c), nil
+	return f.readEndpoint(c), nil
 }
 
 // DeleteEndpoint implements HNS.
 func (f *FakeHNS) DeleteEndpoint(id string) error {
+	f.wait(OpDeleteEndpoint)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpDeleteEndpoint); err != nil {
@@ -499,12 +471,17 @@ func (f *FakeHNS) endpointKey(id string) string { return f.epByID[strings.ToLowe
 
 // ListLoadBalancers implements HNS.
 func (f *FakeHNS) ListLoadBalancers() ([]LoadBalancer, error) {
+	f.wait(OpListLoadBalancers)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpListLoadBalancers); err != nil {
 		return nil, err
 	}
-	return f.listLBs(), nil
+	out := f.listLBs()
+	for i := range out {
+		out[i] = *f.readLB(&out[i])
+	}
+	return out, nil
 }
 
 func (f *FakeHNS) listLBs() []LoadBalancer {
@@ -549,11 +526,17 @@ func (f *FakeHNS) validateLB(op string, lb *LoadBalancer, skipID string) error {
 			return fakeErr(op, CodePortAlreadyExists, "port already used by load balancer %s", other)
 		}
 	}
+	if f.rejectLB != nil {
+		if err := f.rejectLB(lb); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // CreateLoadBalancer implements HNS.
 func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
+	f.wait(OpCreateLoadBalancer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpCreateLoadBalancer); err != nil {
@@ -565,11 +548,12 @@ func (f *FakeHNS) CreateLoadBalancer(lb *LoadBalancer) (*LoadBalancer, error) {
 	c := cloneLB(lb)
 	c.ID = f.newID()
 	f.putLB(c)
-	return cloneLB(c), nil
+	return f.readLB(c), nil
 }
 
 // UpdateLoadBalancer implements HNS.
 func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer, error) {
+	f.wait(OpUpdateLoadBalancer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpUpdateLoadBalancer); err != nil {
@@ -591,11 +575,12 @@ func (f *FakeHNS) UpdateLoadBalancer(id string, lb *LoadBalancer) (*LoadBalancer
 		c.HostComputeEndpoints = old.HostComputeEndpoints // the 15.4 bug
 	}
 	f.putLB(c)
-	return cloneLB(c), nil
+	return f.readLB(c), nil
 }
 
 // DeleteLoadBalancer implements HNS.
 func (f *FakeHNS) DeleteLoadBalancer(id string) error {
+	f.wait(OpDeleteLoadBalancer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpDeleteLoadBalancer); err != nil {

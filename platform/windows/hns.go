@@ -5,11 +5,14 @@ package windows
 // package; FakeHNS implements it in memory with the same rules. Every error is
 // an *Error carrying HNS's code and its Class.
 //
-// Methods are synchronous and may block for a while on a busy host; the
-// backend calls them from one goroutine.
+// Methods are synchronous and may block for a while on a busy host (or hang
+// when HNS does); the backend calls them from one goroutine, each bounded by
+// Options.CallTimeout.
 type HNS interface {
 	// Version returns the HNS version, from which Capabilities derive.
 	Version() (Version, error)
+	// ListNetworks returns every network on the host.
+	ListNetworks() ([]Network, error)
 	// GetNetwork returns the network with this name (ClassNotFound if none).
 	GetNetwork(name string) (*Network, error)
 	// ListEndpoints returns the endpoints of a network.
@@ -32,6 +35,7 @@ type HNS interface {
 // HNS operation names, used in errors, call counts and metrics.
 const (
 	OpVersion            = "Version"
+	OpListNetworks       = "ListNetworks"
 	OpGetNetwork         = "GetNetwork"
 	OpListEndpoints      = "ListEndpoints"
 	OpCreateEndpoint     = "CreateEndpoint"

@@ -33,11 +33,35 @@ func (hcnHNS) Version() (Version, error) {
 	return Version{Major: g.Version.Major, Minor: g.Version.Minor}, nil
 }
 
+func (hcnHNS) ListNetworks() ([]Network, error) {
+	ns, err := hcn.ListNetworks()
+	if err != nil {
+		return nil, wrapHCN(OpListNetworks, err)
+	}
+	out := make([]Network, 0, len(ns))
+	for i := range ns {
+		n, err := fromHCNNetwork(&ns[i])
+		if err != nil {
+			return nil, NewError(OpListNetworks, CodeInvalidArg, err)
+		}
+		out = append(out, *n)
+	}
+	return out, nil
+}
+
 func (hcnHNS) GetNetwork(name string) (*Network, error) {
 	n, err := hcn.GetNetworkByName(name)
 	if err != nil {
 		return nil, wrapHCN(OpGetNetwork, err)
 	}
+	out, err := fromHCNNetwork(n)
+	if err != nil {
+		return nil, NewError(OpGetNetwork, CodeInvalidArg, err)
+	}
+	return out, nil
+}
+
+func fromHCNNetwork(n *hcn.HostComputeNetwork) (*Network, error) {
 	out := &Network{ID: n.Id, Name: n.Name, Type: string(n.Type)}
 	for _, p := range n.Policies {
 		if p.Type != hcn.RemoteSubnetRoute {
@@ -45,7 +69,7 @@ func (hcnHNS) GetNetwork(name string) (*Network, error) {
 		}
 		var s hcn.RemoteSubnetRoutePolicySetting
 		if err := json.Unmarshal(p.Settings, &s); err != nil {
-			return nil, NewError(OpGetNetwork, CodeInvalidArg, fmt.Errorf("network %q: RemoteSubnetRoute policy: %w", name, err))
+			return nil, fmt.Errorf("network %q: RemoteSubnetRoute policy: %w", n.Name, err)
 		}
 		out.RemoteSubnets = append(out.RemoteSubnets, RemoteSubnet{
 			DestinationPrefix:           s.DestinationPrefix,

@@ -56,6 +56,13 @@ func (h instrumented) Version() (Version, error) {
 	return v, err
 }
 
+func (h instrumented) ListNetworks() ([]Network, error) {
+	start := h.clock.Now()
+	n, err := h.hns.ListNetworks()
+	h.done(OpListNetworks, start, err)
+	return n, err
+}
+
 func (h instrumented) GetNetwork(name string) (*Network, error) {
 	start := h.clock.Now()
 	n, err := h.hns.GetNetwork(name)

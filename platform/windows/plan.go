@@ -273,6 +273,9 @@ const (
 	ReasonInvalid                 = "InvalidServicePort"
 	ReasonInvalidEndpoint         = "InvalidEndpoint"
 	ReasonHealthCheckNotForwarded = "HealthCheckNotForwarded"
+	// ReasonNoSourceVIP: the overlay network has no source VIP; nothing is
+	// programmed for the Service until one is found.
+	ReasonNoSourceVIP = "NoSourceVIP"
 )
 
 // Warning says that HNS cannot do something a Service asks for, or that a
@@ -317,7 +320,7 @@ func (p *Plan) endpointIndex() map[netip.Addr]*EndpointSpec {
 
 // Errors a plan can carry.
 var (
-	ErrNoSourceVIP = errors.New("overlay networks need a source VIP (--source-vip / winkernel.sourceVip) of the proxy's IP family")
+	ErrNoSourceVIP = errors.New("overlay networks need a source VIP of the proxy's IP family (--source-vip / winkernel.sourceVip, a Calico_ep endpoint, or a reservation in the node's pod subnet)")
 	ErrNoNodeIP    = errors.New("overlay networks need the node IP: none of the node's addresses is of the proxy's IP family")
 	ErrNoIPv6      = errors.New("this HNS version does not support IPv6 load balancers (HNS 11.10+ needed)")
 )

@@ -89,6 +89,20 @@ func TestPlanGolden(t *testing.T) {
 				healthCheckNodePort(32002), eps(remoteEP("10.244.2.5", 8080))),
 		},
 	}, {
+		// As upstream: the health check load balancer has the Service's
+		// protocol and, on overlay, the source VIP.
+		name: "overlay-udp-healthcheck",
+		facts: func(f *Facts) {
+			f.Network = overlay
+			f.ForwardHealthCheckVIP = true
+			f.HealthzPort = 10256
+			f.RootEndpointIP = mustAddr("10.244.1.2")
+		},
+		ports: []*proxy.ServicePort{
+			svcPort("dns-lb", v1.ProtocolUDP, "10.96.0.35", 53, lbIPs("192.168.70.6"), healthCheckNodePort(32005),
+				eps(remoteEP("10.244.2.9", 53))),
+		},
+	}, {
 		name:  "external-local-without-dsr",
 		facts: func(f *Facts) { f.Caps.DSR = false; f.EnableDSR = true },
 		ports: []*proxy.ServicePort{

@@ -406,9 +406,15 @@ func (b *portPlanner) healthCheck(sp *proxy.ServicePort, ip netip.Addr, famFlag 
 			"forwardHealthCheckVip is set but the root HNS endpoint is not known: health checks to %s are not forwarded", ip)
 		return
 	}
+	// As upstream: the Service's protocol, and on overlay networks the
+	// source VIP.
+	var src netip.Addr
+	if b.overlay {
+		src = f.SourceVIP
+	}
 	lb := &LBSpec{
 		Kind: KindHealthCheck, Owners: []proxy.ServicePortName{sp.Name}, FrontendVIPs: []netip.Addr{ip},
-		Protocol: ProtocolTCP, InternalPort: port, ExternalPort: port, Flags: famFlag,
+		SourceVIP: src, Protocol: protocolNumber(sp.Protocol), InternalPort: port, ExternalPort: port, Flags: famFlag,
 		Endpoints: []netip.Addr{f.RootEndpointIP},
 	}
 	b.res.health = append(b.res.health, lb.finish())

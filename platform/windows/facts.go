@@ -1,0 +1,134 @@
+package windows
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// facts gathers the node facts for a plan from the backend's record.
+func (b *Backend) facts(snap *proxy.Snapshot) *Facts {
+	var caps Capabilities
+	if b.caps != nil {
+		caps = *b.caps
+	}
+	f := gatherFacts(&b.opts, caps, b.network, b.ifaces, b.rec, snap)
+	if !f.SourceVIP.IsValid() {
+		f.SourceVIP = b.sourceVIP
+	}
+	return f
+}
+
+// gatherFacts derives the node facts from the options, what HNS said and the snapshot.
+func gatherFacts(opts *Options, caps Capabilities, network *Network, ifaces []HostInterface, rec *State, snap *proxy.Snapshot) *Facts {
+	f := &Facts{
+		Family:                opts.Family,
+		SourceVIP:             opts.SourceVIP,
+		EnableDSR:             opts.EnableDSR,
+		Caps:                  caps,
+		ForwardHealthCheckVIP: opts.ForwardHealthCheckVIP,
+		HealthzPort:           uint16(opts.HealthzPort),
+	}
+	if network != nil {
+		f.Network = *network
+	}
+	f.NodeIP = nodeIP(opts, ifaces, snap)
+	f.HostMAC = opts.HostMAC
+	if f.HostMAC == "" && f.NodeIP.IsValid() {
+		f.HostMAC = macOf(ifaces, f.NodeIP)
+	}
+	if rec != nil && opts.ForwardHealthCheckVIP {
+		f.RootEndpointIP = rootEndpointIP(rec, opts.RootHNSEndpointName)
+	}
+	return f
+}
+
+// nodeIP is Options.NodeIP, else the Node's first address of the family held
+// by a host interface, else its first address of the family.
+func nodeIP(opts *Options, ifaces []HostInterface, snap *proxy.Snapshot) netip.Addr {
+	v6 := opts.Family == v1.IPv6Protocol
+	if ip := opts.NodeIP.Unmap(); ip.IsValid() && ip.Is6() == v6 {
+		return ip
+	}
+	var first netip.Addr
+	for _, a := range snap.Node.Addresses {
+		a = a.Unmap()
+		if !a.IsValid() || a.Is6() != v6 {
+			continue
+		}
+		if hasAddr(ifaces, a) {
+			return a
+		}
+		if !first.IsValid() {
+			first = a
+		}
+	}
+	return first
+}
+
+func hasAddr(ifaces []HostInterface, ip netip.Addr) bool {
+	for _, i := range ifaces {
+		for _, a := range i.Addrs {
+			if a == ip {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func macOf(ifaces []HostInterface, ip netip.Addr) string {
+	for _, i := range ifaces {
+		for _, a := range i.Addrs {
+			if a == ip {
+				return i.MAC
+			}
+		}
+	}
+	return ""
+}
+
+func rootEndpointIP(st *State, name string) netip.Addr {
+	var found []netip.Addr
+	for ip, ep := range st.Endpoints {
+		if !ep.Remote && strings.EqualFold(ep.Name, name) {
+			found = append(found, ip)
+		}
+	}
+	if len(found) == 0 {
+		return netip.Addr{}
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].Less(found[j]) })
+	return found[0]
+}
+
+// hostInterfaces lists the host's interfaces with package net.
+func hostInterfaces() ([]HostInterface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing interfaces: %w", err)
+	}
+	var out []HostInterface
+	for _, i := range ifs {
+		hi := HostInterface{Name: i.Name, MAC: strings.ReplaceAll(i.HardwareAddr.String(), ":", "-")}
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					hi.Addrs = append(hi.Addrs, ip.Unmap())
+				}
+			}
+		}
+		out = append(out, hi)
+	}
+	return out, nil
+}
