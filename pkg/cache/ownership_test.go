@@ -99,3 +99,25 @@ func TestLoadBalancerIPCannotTakeAClusterIP(t *testing.T) {
 		}
 	}
 }
+
+func TestPreserveDestinationAnnotation(t *testing.T) {
+	c := New(Options{NodeName: thisNode})
+	s := svc("ns/keep", []string{"10.96.0.70"}, []string{"80"})
+	s.Spec.Type = v1.ServiceTypeNodePort
+	s.Spec.Ports[0].NodePort = 30070
+	s.Annotations = map[string]string{"preserve-destination": "true"}
+	c.OnService(nil, s)
+	c.OnEndpointSlice(nil, slice("ns/keep-1", "keep", "IPv4", []string{"80"}, "10.0.1.1"))
+	snap, _ := c.Snapshot()
+	sp := snap.IPv4.Sorted()[0]
+	if !sp.PreserveDestination || !sp.UsesLocalEndpoints() {
+		t.Errorf("PreserveDestination %v, uses local endpoints %v; want both", sp.PreserveDestination, sp.UsesLocalEndpoints())
+	}
+	s2 := s.DeepCopy()
+	s2.Annotations["preserve-destination"] = "false"
+	c.OnService(s, s2)
+	snap, ch := c.Snapshot()
+	if snap.IPv4.Sorted()[0].PreserveDestination || len(ch.Ports) == 0 {
+		t.Error("the annotation's removal is not a change")
+	}
+}

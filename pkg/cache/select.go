@@ -58,6 +58,7 @@ func servicePorts(svc *svcInfo, sl []*sliceInfo, fam int, node *proxy.Node) []*p
 			InternalPolicyLocal:      svc.internalLocal,
 			HealthCheckNodePort:      svc.healthCheckNodePort,
 			TrafficDistribution:      svc.trafficDistribution,
+			PreserveDestination:      svc.preserveDestination,
 		}
 		sp.ExternalPolicyLocal = svc.externalLocal && sp.ExternallyAccessible()
 		cands := mergeEndpoints(sl, fam, p, node.Name)
@@ -256,6 +257,7 @@ func equalPorts(a, b *proxy.ServicePort) bool {
 		a.InternalPolicyLocal == b.InternalPolicyLocal &&
 		a.HealthCheckNodePort == b.HealthCheckNodePort &&
 		a.TrafficDistribution == b.TrafficDistribution &&
+		a.PreserveDestination == b.PreserveDestination &&
 		a.HasAnyEndpoints == b.HasAnyEndpoints &&
 		slices.Equal(a.ClusterEndpoints, b.ClusterEndpoints) &&
 		slices.Equal(a.LocalEndpoints, b.LocalEndpoints)

@@ -30,6 +30,11 @@ const defaultAffinityTimeout = 10800
 // maxAffinityTimeout is the largest timeout the API accepts (1 day).
 const maxAffinityTimeout = 86400
 
+// annotationPreserveDestination is the annotation upstream's Windows proxy
+// reads to keep the destination IP of external traffic (see
+// proxy.ServicePort.PreserveDestination).
+const annotationPreserveDestination = "preserve-destination"
+
 // annotationSourceRanges is the legacy annotation upstream honours when
 // spec.loadBalancerSourceRanges is empty.
 const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
@@ -51,6 +56,7 @@ type svcInfo struct {
 	internalLocal       bool // internalTrafficPolicy: Local
 	healthCheckNodePort int32
 	trafficDistribution string
+	preserveDestination bool
 }
 
 type svcPortInfo struct {
@@ -245,6 +251,7 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 	if svc.Spec.TrafficDistribution != nil {
 		info.trafficDistribution = *svc.Spec.TrafficDistribution
 	}
+	info.preserveDestination = svc.Annotations[annotationPreserveDestination] == "true"
 	return info, problems
 }
 

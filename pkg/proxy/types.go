@@ -118,6 +118,12 @@ type ServicePort struct {
 	// display. Selection follows the EndpointSlice hints the control plane
 	// derives from it, like upstream kube-proxy.
 	TrafficDistribution string
+	// PreserveDestination is the Service's "preserve-destination: true"
+	// annotation (upstream's Windows proxy honours it): on Windows, traffic
+	// to its NodePort and load balancer IPs goes only to endpoints on the
+	// node, with DSR and the destination IP preserved. Linux ignores it, as
+	// upstream does.
+	PreserveDestination bool
 
 	// ClusterEndpoints are the endpoints for cluster-scoped traffic, sorted by
 	// address; nil when there are none and always when the port never uses
@@ -148,7 +154,7 @@ func (p *ServicePort) UsesClusterEndpoints() bool {
 // UsesLocalEndpoints reports whether some traffic to this port uses node-local
 // endpoints.
 func (p *ServicePort) UsesLocalEndpoints() bool {
-	return p.InternalPolicyLocal || (p.ExternallyAccessible() && p.ExternalPolicyLocal)
+	return p.InternalPolicyLocal || (p.ExternallyAccessible() && (p.ExternalPolicyLocal || p.PreserveDestination))
 }
 
 // InternalEndpoints are the endpoints for traffic to the ClusterIP.

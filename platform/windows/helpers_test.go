@@ -101,6 +101,10 @@ func affinity(seconds int32) portOpt {
 	return func(p *proxy.ServicePort) { p.AffinityTimeoutSeconds = seconds }
 }
 
+func preserveDestination() portOpt {
+	return func(p *proxy.ServicePort) { p.PreserveDestination = true }
+}
+
 func externalLocal() portOpt {
 	return func(p *proxy.ServicePort) { p.ExternalPolicyLocal = true }
 }

@@ -273,6 +273,8 @@ const (
 	ReasonInvalid                 = "InvalidServicePort"
 	ReasonInvalidEndpoint         = "InvalidEndpoint"
 	ReasonHealthCheckNotForwarded = "HealthCheckNotForwarded"
+	// ReasonPreserveDestinationUnsupported: the annotation needs DSR.
+	ReasonPreserveDestinationUnsupported = "PreserveDestinationUnsupported"
 	// ReasonNoSourceVIP: the overlay network has no source VIP; nothing is
 	// programmed for the Service until one is found.
 	ReasonNoSourceVIP = "NoSourceVIP"

@@ -103,6 +103,25 @@ func TestPlanGolden(t *testing.T) {
 				eps(remoteEP("10.244.2.9", 53))),
 		},
 	}, {
+		// The preserve-destination annotation, as upstream: the NodePort and
+		// the LB IP only to local endpoints, the LB IP with DSR, UseMux and
+		// PreserveDIP; the ClusterIP unchanged. Without DSR it is ignored
+		// (with a warning).
+		name: "preserve-destination",
+		ports: []*proxy.ServicePort{
+			svcPort("keep-dip", v1.ProtocolTCP, "10.96.0.36", 80, nodePort(30036), lbIPs("192.168.70.7"), preserveDestination(),
+				eps(localEP("10.244.1.5", 8080), remoteEP("10.244.2.5", 8080))),
+			svcPort("keep-dip-none-here", v1.ProtocolTCP, "10.96.0.37", 80, nodePort(30037), lbIPs("192.168.70.8"), preserveDestination(),
+				eps(remoteEP("10.244.2.5", 8080))),
+		},
+	}, {
+		name:  "preserve-destination-without-dsr",
+		facts: func(f *Facts) { f.Caps.DSR = false },
+		ports: []*proxy.ServicePort{
+			svcPort("keep-dip", v1.ProtocolTCP, "10.96.0.36", 80, nodePort(30036), lbIPs("192.168.70.7"), preserveDestination(),
+				eps(localEP("10.244.1.5", 8080), remoteEP("10.244.2.5", 8080))),
+		},
+	}, {
 		name:  "external-local-without-dsr",
 		facts: func(f *Facts) { f.Caps.DSR = false; f.EnableDSR = true },
 		ports: []*proxy.ServicePort{

@@ -342,6 +342,18 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	} else {
 		external = b.backends(sp, sp.ExternalEndpoints())
 	}
+	// preserve-destination (as upstream): the NodePort and the load
+	// balancer IPs go only to endpoints on this node, the latter with DSR,
+	// the destination IP preserved and HNS's mux.
+	preserve := sp.PreserveDestination
+	if preserve && !f.Caps.DSR {
+		b.warn(ReasonPreserveDestinationUnsupported, "the preserve-destination annotation needs DSR support in HNS; ignored")
+		preserve = false
+	}
+	local := external
+	if preserve {
+		local = b.backends(sp, sp.LocalEndpoints)
+	}
 	for _, ip := range sp.LoadBalancerIPs {
 		if b.familyOK(ip) {
 			// Even without endpoints here: the health server then tells the
@@ -349,25 +361,31 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 			b.healthCheck(sp, ip, famFlag)
 		}
 	}
-	if len(external.ips) == 0 {
+	if len(external.ips) == 0 && len(local.ips) == 0 {
 		return b.res
 	}
 	flags := famFlag
 	if extDSR {
 		flags |= LBFlagDSR
 	}
-	src := b.sourceVIP(external)
-	mk := func(kind LBKind, vip netip.Addr, port int32, pflags PortMappingFlags) *LBSpec {
+	mkFrom := func(to backends, kind LBKind, vip netip.Addr, port int32, pflags PortMappingFlags, lbFlags LoadBalancerFlags) *LBSpec {
 		lb := &LBSpec{
-			Kind: kind, SourceVIP: src, Protocol: proto, InternalPort: external.port, ExternalPort: uint16(port),
-			Distribution: dist, PortFlags: pflags, Flags: flags, Endpoints: external.ips,
+			Kind: kind, SourceVIP: b.sourceVIP(to), Protocol: proto, InternalPort: to.port, ExternalPort: uint16(port),
+			Distribution: dist, PortFlags: pflags, Flags: lbFlags, Endpoints: to.ips,
 		}
 		if vip.IsValid() {
 			lb.FrontendVIPs = []netip.Addr{vip}
 		}
 		return lb
 	}
-	if sp.NodePort > 0 {
+	mk := func(kind LBKind, vip netip.Addr, port int32, pflags PortMappingFlags) *LBSpec {
+		return mkFrom(external, kind, vip, port, pflags, flags)
+	}
+	if sp.NodePort > 0 && preserve {
+		if len(local.ips) > 0 {
+			b.add(mkFrom(local, KindNodePort, netip.Addr{}, sp.NodePort, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP, flags))
+		}
+	} else if sp.NodePort > 0 && len(external.ips) > 0 {
 		b.add(mk(KindNodePort, netip.Addr{}, sp.NodePort, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP))
 	}
 	for _, ip := range sp.ExternalIPs {
@@ -375,14 +393,21 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 			b.warn(ReasonInvalid, "port %q: externalIP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
 			continue
 		}
-		b.add(mk(KindExternalIP, ip, sp.Port, PortFlagVIPExternalIP))
+		if len(external.ips) > 0 {
+			b.add(mk(KindExternalIP, ip, sp.Port, PortFlagVIPExternalIP))
+		}
 	}
 	for _, ip := range sp.LoadBalancerIPs {
 		if !b.familyOK(ip) {
 			b.warn(ReasonInvalid, "port %q: LoadBalancer IP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
 			continue
 		}
-		b.add(mk(KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP))
+		switch {
+		case preserve && len(local.ips) > 0:
+			b.add(mkFrom(local, KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP|PortFlagUseMux|PortFlagPreserveDIP, famFlag|LBFlagDSR))
+		case !preserve && len(external.ips) > 0:
+			b.add(mk(KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP))
+		}
 	}
 	return b.res
 }
