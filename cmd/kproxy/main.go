@@ -30,6 +30,9 @@ func main() {
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "explain" {
+		return runExplain(ctx, args[1:], stdout, stderr)
+	}
 	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := config.NewOptions()
