@@ -36,6 +36,12 @@ func tableOptions(t *testing.T, topo *proxytest.Topology, pc proxytest.Config, m
 	if pc.NodePortAddresses != "" {
 		args = append(args, "--nodeport-addresses", pc.NodePortAddresses)
 	}
+	return tableOptionsFromArgs(t, args)
+}
+
+// tableOptionsFromArgs parses kproxy's flags for a planned explanation.
+func tableOptionsFromArgs(t *testing.T, args []string) *config.Options {
+	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o := config.NewOptions()
 	o.AddFlags(fs)

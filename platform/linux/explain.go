@@ -291,3 +291,9 @@ func argAfter(args []string, flag string) string {
 	}
 	return ""
 }
+
+// Save renders the tables the explainer traces as iptables-save would (nat
+// then filter), for tests and tools.
+func (e *IptablesExplainer) Save() string {
+	return e.rs.Save(rules.TableNAT) + e.rs.Save(rules.TableFilter)
+}

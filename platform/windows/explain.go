@@ -70,9 +70,15 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 	if !live {
 		return e, nil
 	}
+	kinds := map[string]LBKind{}
+	for _, lb := range plan.LoadBalancers {
+		kinds[lb.Slot()] = lb.Kind
+	}
 	e.lbs = make([]*LBSpec, 0, len(obs.rec.LoadBalancers))
-	for _, o := range obs.rec.LoadBalancers {
-		e.lbs = append(e.lbs, o.Spec)
+	for _, slot := range sortedSlots(obs.rec.LoadBalancers) {
+		c := *obs.rec.LoadBalancers[slot].Spec // HNS does not say why a load balancer exists: the plan's slot does
+		c.Kind = kinds[slot]
+		e.lbs = append(e.lbs, &c)
 	}
 	e.drift = HNSDrift(plan, obs.rec)
 	return e, nil
