@@ -33,6 +33,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == checkHNSCommand {
 		return runCheckHNS(ctx, args[1:], os.Getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "explain" {
+		return runExplain(ctx, args[1:], stdout, stderr)
+	}
 	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := config.NewOptions()

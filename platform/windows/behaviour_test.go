@@ -3,7 +3,6 @@ package windows
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"sort"
 	"strings"
@@ -91,7 +90,7 @@ func TestBehaviourTable(t *testing.T) {
 				t.Fatalf("%s %s: sync: %v", pc, fam, err)
 			}
 		}
-		r := newResolver(f, topo)
+		r := newResolver(t, f, netID, topo)
 		for _, row := range tb.RowsFor(pc) {
 			key := fmt.Sprintf("%s/%s->%s", row.Case.Name, row.From, row.Target)
 			if reason := row.Skip(proxytest.Windows); reason != "" {
@@ -146,30 +145,24 @@ func sortedStrings(s []string) []string {
 	return out
 }
 
-// hnsResolver answers "where does this connection go" from the load
-// balancers and endpoints a FakeHNS holds, under this model of HNS (VFP):
-//   - a load balancer matches a connection by protocol, family, frontend VIP
-//     and external port; a load balancer without frontend VIP (a NodePort)
-//     matches every address of the node, and from the node itself only with
-//     the LocalRoutedVIP flag;
-//   - load balancers without the VIPExternalIP flag (ClusterIPs) apply to
-//     traffic from this node's pods and from the node, not to traffic routed
-//     in from elsewhere;
-//   - no matching load balancer: the packet is dropped (HNS has no reject);
-//   - the SourceIP distribution keeps a client address on one endpoint;
-//   - the backend sees the client's address through ClusterIP and DSR load
-//     balancers, and a node address through other external frontends, and
-//     when a pod reaches itself (hairpin).
+// hnsResolver maps the rows of the table onto Resolve, over the load
+// balancers a FakeHNS holds (read back through LiveLoadBalancers, as
+// `kproxy explain --live` does). A backend port other than the echo port
+// counts as dropped (nothing listens there).
 type hnsResolver struct {
 	topo *proxytest.Topology
-	lbs  []LoadBalancer
-	ips  map[string][]netip.Addr // endpoint ID → addresses
+	lbs  map[v1.IPFamily][]*LBSpec
 }
 
-func newResolver(f *FakeHNS, topo *proxytest.Topology) *hnsResolver {
-	r := &hnsResolver{topo: topo, lbs: f.LoadBalancers(), ips: map[string][]netip.Addr{}}
-	for _, ep := range f.Endpoints() {
-		r.ips[strings.ToLower(ep.ID)] = ep.IPs()
+func newResolver(t *testing.T, f *FakeHNS, netID string, topo *proxytest.Topology) *hnsResolver {
+	t.Helper()
+	r := &hnsResolver{topo: topo, lbs: map[v1.IPFamily][]*LBSpec{}}
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		lbs, problems := LiveLoadBalancers(fam, netID, f.Endpoints(), f.LoadBalancers())
+		if len(problems) > 0 {
+			t.Fatalf("%s: load balancers not understood: %v", fam, problems)
+		}
+		r.lbs[fam] = lbs
 	}
 	return r
 }
@@ -184,78 +177,44 @@ func (r *hnsResolver) resolve(row proxytest.Row) ([]proxytest.Observation, []str
 		return nil, nil, err
 	}
 	node, _ := r.topo.Node(r.topo.ProxyNode)
-	onNode := from.Node == r.topo.ProxyNode // a pod on node1 or node1 itself
-	isNode := from.Role == proxytest.RoleNode && from.Name == r.topo.ProxyNode
-	v6 := row.Family == v1.IPv6Protocol
-	proto := protocolNumber(row.Protocol)
-
-	var lb *LoadBalancer
-	for i := range r.lbs {
-		c := &r.lbs[i]
-		pm := c.PortMappings[0]
-		if (c.Flags&LBFlagIPv6 != 0) != v6 || pm.Protocol != proto || pm.ExternalPort != dst.Port() {
-			continue
-		}
-		external := pm.Flags&PortFlagVIPExternalIP != 0
-		switch {
-		case len(c.FrontendVIPs) == 0:
-			if !r.topo.IsNodeAddr(r.topo.ProxyNode, dst.Addr()) || !external || (isNode && pm.Flags&PortFlagLocalRoutedVIP == 0) {
-				continue
-			}
-		case c.FrontendVIPs[0] != dst.Addr().String():
-			continue
-		case !external && !onNode:
-			continue
-		}
-		lb = c
-		break
+	origin := OriginRemote
+	switch {
+	case from.Role == proxytest.RoleNode && from.Name == r.topo.ProxyNode:
+		origin = OriginNode
+	case from.Node == r.topo.ProxyNode:
+		origin = OriginPod
 	}
+	c := Conn{Protocol: protocolNumber(row.Protocol), Src: from.Addr(row.Family), Dst: dst, From: origin,
+		NodeAddrs: node.Addrs(row.Family)}
+	res := Resolve(r.lbs[row.Family], c)
 	obs := make([]proxytest.Observation, row.Attempts)
-	if lb == nil {
+	if res.LB == nil {
 		for i := range obs {
 			obs[i] = proxytest.Observation{Outcome: proxytest.Dropped, Detail: "no HNS load balancer for " + dst.String()}
 		}
 		return obs, nil, nil
 	}
-	var backends []netip.Addr
-	for _, id := range lb.HostComputeEndpoints {
-		for _, ip := range r.ips[strings.ToLower(id)] {
-			if ip.Is6() == v6 {
-				backends = append(backends, ip)
-			}
-		}
-	}
-	sort.Slice(backends, func(i, j int) bool { return backends[i].Less(backends[j]) })
-	pm := lb.PortMappings[0]
 	reachedSet := map[string]bool{}
-	client := from.Addr(row.Family)
 	for i := range obs {
-		pick := i % len(backends)
-		if pm.DistributionType == DistributionSourceIP {
-			h := fnv.New32a()
-			h.Write(client.AsSlice())
-			pick = int(h.Sum32() % uint32(len(backends)))
+		be := res.Pick
+		if !be.IsValid() {
+			be = res.Endpoints[i%len(res.Endpoints)]
 		}
-		be := backends[pick]
-		name := r.topo.HostByAddr(be)
-		src := client
-		switch {
-		case r.topo.HostByAddr(be) == from.Name:
-			src = node.Addr(row.Family) // hairpin
-		case lb.Flags&LBFlagDSR != 0:
-		case pm.Flags&PortFlagVIPExternalIP != 0:
+		src := c.Src
+		if res.SeesNode(c, be) {
 			src = node.Addr(row.Family)
 		}
-		if pm.InternalPort != proxytest.EchoPort {
-			obs[i] = proxytest.Observation{Outcome: proxytest.Dropped, Detail: fmt.Sprintf("internal port %d", pm.InternalPort)}
+		if res.LB.InternalPort != proxytest.EchoPort {
+			obs[i] = proxytest.Observation{Outcome: proxytest.Dropped, Detail: fmt.Sprintf("internal port %d", res.LB.InternalPort)}
 			continue
 		}
+		name := r.topo.HostByAddr(be)
 		obs[i] = proxytest.Observation{Outcome: proxytest.Answer, Backend: name, Source: src}
 		reachedSet[name] = true
 	}
 	// Every endpoint of the load balancer is reachable by some client (with
 	// affinity, each client sticks to one of them).
-	for _, be := range backends {
+	for _, be := range res.Endpoints {
 		reachedSet[r.topo.HostByAddr(be)] = true
 	}
 	var reached []string

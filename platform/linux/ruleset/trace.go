@@ -76,6 +76,20 @@ type Outcome struct {
 	RecentSet []string
 	// Path lists the chains traversed, "table/chain", in order.
 	Path []string
+	// Steps lists, in order, every rule whose target was taken (a jump, a
+	// verdict, a mark, a NAT).
+	Steps []Step
+}
+
+// Step is one rule a traced packet matched and whose target it took.
+type Step struct {
+	Table, Chain string
+	// Rule is the rule's position in its chain, from 1.
+	Rule int
+	// Spec is the rule's text after "-A CHAIN ".
+	Spec string
+	// Target is the rule's target (a built-in target or a chain).
+	Target string
 }
 
 // String renders an outcome for messages.
@@ -97,11 +111,13 @@ type state struct {
 	masq      bool
 	recentSet []string
 	path      []string
+	steps     []Step
 }
 
 func (s state) clone() state {
 	s.recentSet = slices.Clone(s.recentSet)
 	s.path = slices.Clone(s.path)
+	s.steps = slices.Clone(s.steps)
 	return s
 }
 
@@ -181,7 +197,7 @@ func (rs *Ruleset) Trace(h Host, p Packet) ([]Outcome, error) {
 				Probability: b.st.prob, Verdict: v,
 				Dst: netip.AddrPortFrom(b.st.pkt.Dst, b.st.dstPort), DNAT: b.st.dnat,
 				Masquerade: b.st.masq, Delivered: delivered,
-				Mark: b.st.mark, RecentSet: b.st.recentSet, Path: b.st.path,
+				Mark: b.st.mark, RecentSet: b.st.recentSet, Path: b.st.path, Steps: b.st.steps,
 			})
 		}
 	}
@@ -256,6 +272,9 @@ func (rs *Ruleset) walkFrom(h Host, t *Table, c *Chain, from int, st state, dept
 // take applies r's target to st and continues as netfilter would.
 func (rs *Ruleset) take(h Host, t *Table, c *Chain, i int, r *Rule, st state, depth int) ([]branch, error) {
 	tg := r.target
+	if tg.name != "" {
+		st.steps = append(slices.Clip(st.steps), Step{Table: t.Name, Chain: c.Name, Rule: i + 1, Spec: r.Spec, Target: tg.name})
+	}
 	switch tg.name {
 	case "":
 		return rs.walkFrom(h, t, c, i+1, st, depth)

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/app"
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// explainFlags are the flags of `kproxy explain` on top of kproxy's own.
+type explainFlags struct {
+	to, from, node, output string
+	fromNode, fromOutside  bool
+	live                   bool
+}
+
+const explainUsage = `Usage: kproxy explain --to ADDRESS:PORT[/tcp|udp|sctp] [--from ADDRESS] [--from-node|--from-outside]
+       [--node NAME] [--live] [-o text|json] [--manifests DIR | --kubeconfig FILE] [--proxy-mode MODE] [kproxy flags]
+
+Tells where a new connection to a Service address goes on one node, and why:
+the frontend matched, the verdict (DNAT to endpoints with their chances,
+REJECT, DROP, not handled), masquerade and the policies that decided, and the
+path through the rules (iptables) or HNS load balancers (kernelspace).
+Planned (default): from kproxy's own plan, on any OS for any mode.
+--live: from the node's iptables (Linux) or HNS (Windows), with every drift
+from the plan. The nftables mode is not covered yet.
+
+`
+
+// runExplain is `kproxy explain`: it returns the exit code.
+func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("kproxy explain", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		_, _ = io.WriteString(stderr, explainUsage)
+		fs.PrintDefaults()
+	}
+	o := config.NewOptions()
+	o.AddFlags(fs)
+	var f explainFlags
+	fs.StringVar(&f.to, "to", "", "destination ADDRESS:PORT[/tcp|udp|sctp] (TCP by default)")
+	fs.StringVar(&f.from, "from", "", "the client's address (default: this node's address with --from-node, an address of this node's pod CIDR otherwise)")
+	fs.BoolVar(&f.fromNode, "from-node", false, "the client is the node itself (a host process)")
+	fs.BoolVar(&f.fromOutside, "from-outside", false, "the client is routed in from elsewhere (another node, outside the cluster)")
+	fs.StringVar(&f.node, "node", "", "the node to explain for (default: --hostname-override, else this host's name)")
+	fs.BoolVar(&f.live, "live", false, "trace what is programmed on this node (iptables-save, HNS) and report drift from the plan")
+	fs.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := explainMain(ctx, fs, o, f, stdout); err != nil {
+		_, _ = fmt.Fprintf(stderr, "kproxy explain: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func explainMain(ctx context.Context, fs *pflag.FlagSet, o *config.Options, f explainFlags, stdout io.Writer) error {
+	if f.output != "text" && f.output != "json" {
+		return fmt.Errorf("-o %q: want text or json", f.output)
+	}
+	if f.fromNode && f.fromOutside {
+		return errors.New("--from-node and --from-outside exclude each other")
+	}
+	to, proto, err := parseTo(f.to)
+	if err != nil {
+		return err
+	}
+	if err := o.Complete(fs); err != nil {
+		return err
+	}
+	if f.node != "" {
+		o.NodeName = strings.ToLower(f.node)
+	}
+	// A planned explanation changes nothing, like a dry run: every mode is
+	// valid on every OS.
+	o.DryRun = !f.live
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	mode := string(o.ProxyMode())
+	newTracer := explainModes()[mode]
+	if newTracer == nil {
+		return fmt.Errorf("proxy mode %q cannot be explained (iptables and kernelspace can; nftables is not covered yet)", mode)
+	}
+	snap, err := app.Snapshot(ctx, o)
+	if err != nil {
+		return fmt.Errorf("reading Services and EndpointSlices: %w", err)
+	}
+	q := explain.Query{To: to, Protocol: proto, Origin: explain.FromPod}
+	switch {
+	case f.fromNode:
+		q.Origin = explain.FromNode
+	case f.fromOutside:
+		q.Origin = explain.FromOutside
+	}
+	fam := q.Family()
+	tracer, nodeAddrs, err := newTracer(ctx, o, snap, fam, f.live)
+	if err != nil {
+		return err
+	}
+	q.NodeAddrs = nodeAddrs
+	if q.From, err = explainSource(f.from, q, snap); err != nil {
+		return err
+	}
+	res, err := explain.Explain(mode, f.live, snap, q, tracer)
+	if err != nil {
+		return err
+	}
+	if f.output == "json" {
+		return explain.WriteJSON(stdout, res)
+	}
+	return explain.WriteText(stdout, res)
+}
+
+// parseTo reads ADDRESS:PORT[/proto].
+func parseTo(s string) (netip.AddrPort, v1.Protocol, error) {
+	if s == "" {
+		return netip.AddrPort{}, "", errors.New("--to ADDRESS:PORT is required")
+	}
+	proto := v1.ProtocolTCP
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		switch strings.ToLower(s[i+1:]) {
+		case "tcp":
+		case "udp":
+			proto = v1.ProtocolUDP
+		case "sctp":
+			proto = v1.ProtocolSCTP
+		default:
+			return netip.AddrPort{}, "", fmt.Errorf("--to %q: protocol %q, want tcp, udp or sctp", s, s[i+1:])
+		}
+		s = s[:i]
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, "", fmt.Errorf("--to: %w", err)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), proto, nil
+}
+
+// explainSource returns the client address: --from, else the node's own
+// address (from the node; loopback for a loopback destination), else an
+// address of the node's pod CIDR (from a pod).
+func explainSource(from string, q explain.Query, snap *proxy.Snapshot) (netip.Addr, error) {
+	if from != "" {
+		a, err := netip.ParseAddr(from)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("--from: %w", err)
+		}
+		if a.Unmap().Is4() != q.To.Addr().Is4() {
+			return netip.Addr{}, fmt.Errorf("--from %s and --to %s are of different families", a, q.To)
+		}
+		return a.Unmap(), nil
+	}
+	v6 := q.To.Addr().Is6()
+	switch q.Origin {
+	case explain.FromNode:
+		if q.To.Addr().IsLoopback() {
+			return q.To.Addr(), nil
+		}
+		for _, a := range append(append([]netip.Addr(nil), snap.Node.Addresses...), q.NodeAddrs...) {
+			if a.Is6() == v6 && !a.IsLoopback() {
+				return a, nil
+			}
+		}
+		return netip.Addr{}, errors.New("the node has no address of this family: give --from")
+	case explain.FromPod:
+		for _, p := range snap.Node.PodCIDRs {
+			if p.Addr().Is6() == v6 {
+				return p.Masked().Addr().Next().Next(), nil
+			}
+		}
+		return netip.Addr{}, errors.New("the node's pod CIDR is not known: give --from with a pod address")
+	}
+	return netip.Addr{}, errors.New("--from-outside needs --from ADDRESS")
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/app"
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/platform/windows"
+)
+
+// newTracer builds a mode's explain tracer for one family, planned or live,
+// and returns the node's addresses (where NodePorts are served).
+type newTracer func(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error)
+
+// explainModes are the modes `kproxy explain` covers. A mode is a tracer
+// (plan → trace); nftables will add one when its backend exists.
+func explainModes() map[string]newTracer {
+	return map[string]newTracer{
+		string(config.ModeIPTables):    iptablesTracer,
+		string(config.ModeKernelspace): kernelspaceTracer,
+	}
+}
+
+// plannedNodeAddrs are the node's addresses in a planned explanation: the
+// Node object's, and loopback.
+func plannedNodeAddrs(snap *proxy.Snapshot) []netip.Addr {
+	return append(append([]netip.Addr(nil), snap.Node.Addresses...), netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback())
+}
+
+func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
+	if live {
+		return liveIptablesTracer(ctx, o, snap, fam)
+	}
+	local := plannedNodeAddrs(snap)
+	t, err := linux.PlannedIptables(iptablesConfig(o, fam), snap, local)
+	return t, local, err
+}
+
+func kernelspaceTracer(_ context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
+	var hns windows.HNS
+	if live {
+		h, err := windows.NewHNS()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--live needs HNS (a Windows node): %w", err)
+		}
+		hns = h
+	}
+	return hnsTracer(o, snap, fam, hns, live)
+}
+
+// hnsTracer is kernelspaceTracer with the HNS given (nil for planned without
+// HNS; a FakeHNS in tests).
+func hnsTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, hns windows.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
+	opts := hnsOptions(o, fam, hns, app.Env{})
+	if opts.NetworkName == "" {
+		opts.NetworkName = "dry-run"
+	}
+	b, err := windows.New(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := b.Explainer(snap, live)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, snap.Node.Addresses, nil
+}

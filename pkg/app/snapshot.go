@@ -1,0 +1,37 @@
+package app
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kproxy/kproxy/pkg/cache"
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// Snapshot reads the configured source (--manifests or the API server) once
+// and returns this node's desired state, as the first sync would see it. It
+// programs nothing (used by `kproxy explain`).
+func Snapshot(ctx context.Context, o *config.Options) (*proxy.Snapshot, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: func() {},
+		Conflict: func(types.NamespacedName, string, string) {}})
+	var client kubernetes.Interface
+	if o.Manifests == "" {
+		cl, err := newClient(o.ClientConnection())
+		if err != nil {
+			return nil, err
+		}
+		client = cl
+	}
+	srcErr := make(chan error, 1)
+	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: newServiceUIDs()}) }()
+	if err := waitSynced(ctx, c, srcErr); err != nil {
+		return nil, err
+	}
+	snap, _ := c.Snapshot()
+	return snap, nil
+}

@@ -1,0 +1,187 @@
+package windows
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// HNSExplainer is `kproxy explain`'s tracer for the kernelspace mode: it
+// resolves a query over a list of HNS load balancers (Resolve), either the
+// backend's plan (planned) or what HNS holds (live, with the drift from the
+// plan).
+type HNSExplainer struct {
+	lbs   []*LBSpec
+	drift []string
+	notes []string
+}
+
+var _ explain.Tracer = (*HNSExplainer)(nil)
+
+// Explainer returns a tracer over the plan of the backend's family for snap
+// or, with live, over the load balancers HNS holds (the backend needs HNS
+// then). Planned without HNS, the network is assumed as in DryRun.
+func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if live && b.hns == nil {
+		return nil, fmt.Errorf("--live needs HNS (on a Windows node)")
+	}
+	version := Version{Major: 15, Minor: 5}
+	network := &Network{Name: b.opts.NetworkName, Type: NetworkTypeL2Bridge}
+	var ifaces []HostInterface
+	var obs *observed
+	if b.hns == nil {
+		if b.opts.Offline.Version != nil {
+			version = *b.opts.Offline.Version
+		}
+		if b.opts.Offline.Network != nil {
+			network = b.opts.Offline.Network
+		}
+		ifaces, _ = b.opts.Interfaces() // best effort, as in DryRun
+	} else {
+		v, err := b.hns.Version()
+		if err != nil {
+			return nil, fmt.Errorf("asking HNS for its version: %w", err)
+		}
+		version = v
+		if obs, err = b.read(); err != nil {
+			return nil, err
+		}
+		network, ifaces = obs.network, obs.ifaces
+	}
+	var rec *State
+	if obs != nil {
+		rec = obs.rec
+	}
+	plan := BuildPlan(gatherFacts(&b.opts, CapabilitiesFor(version), network, ifaces, rec, snap), snap.Family(b.opts.Family))
+	if plan.Err != nil {
+		return nil, fmt.Errorf("planning %s HNS load balancers: %w", b.opts.Family, plan.Err)
+	}
+	e := &HNSExplainer{lbs: plan.LoadBalancers}
+	for _, w := range plan.Warnings {
+		e.notes = append(e.notes, fmt.Sprintf("%s: %s", w.Service, w.Message))
+	}
+	if !live {
+		return e, nil
+	}
+	kinds := map[string]LBKind{}
+	for _, lb := range plan.LoadBalancers {
+		kinds[lb.Slot()] = lb.Kind
+	}
+	e.lbs = make([]*LBSpec, 0, len(obs.rec.LoadBalancers))
+	for _, slot := range sortedSlots(obs.rec.LoadBalancers) {
+		c := *obs.rec.LoadBalancers[slot].Spec // HNS does not say why a load balancer exists: the plan's slot does
+		c.Kind = kinds[slot]
+		e.lbs = append(e.lbs, &c)
+	}
+	e.drift = HNSDrift(plan, obs.rec)
+	return e, nil
+}
+
+// HNSDrift returns one line per difference between a plan and what HNS
+// holds: a load balancer missing, different, or in HNS without being
+// planned, and load balancers HNS holds that cannot be understood.
+func HNSDrift(plan *Plan, st *State) []string {
+	var out []string
+	want := map[string]*LBSpec{}
+	for _, lb := range plan.LoadBalancers {
+		want[lb.Slot()] = lb
+		have := st.LoadBalancers[lb.Slot()]
+		switch {
+		case have == nil:
+			out = append(out, fmt.Sprintf("missing load balancer %s (%s of %s)", lb.Slot(), lb.Kind, ownerNames(lb.Owners)))
+		case have.Spec.Key() != lb.Key():
+			out = append(out, fmt.Sprintf("load balancer %s (%s) differs from the plan: HNS has %q, the plan %q", lb.Slot(), have.ID, have.Spec.Key(), lb.Key()))
+		}
+	}
+	for _, slot := range sortedSlots(st.LoadBalancers) {
+		if want[slot] == nil {
+			out = append(out, fmt.Sprintf("stale load balancer %s (%s): in HNS, not in the plan", slot, st.LoadBalancers[slot].ID))
+		}
+	}
+	for _, o := range st.Orphans {
+		out = append(out, fmt.Sprintf("load balancer %s cannot be used by kproxy: %s", o.ID, o.Problem))
+	}
+	return out
+}
+
+// Trace resolves q over the load balancers.
+func (e *HNSExplainer) Trace(q explain.Query) (*explain.Trace, error) {
+	origin := map[explain.Origin]Origin{explain.FromPod: OriginPod, explain.FromNode: OriginNode, explain.FromOutside: OriginRemote}[q.Origin]
+	c := Conn{Protocol: protocolNumber(q.Protocol), Src: q.From, Dst: q.To, From: origin, NodeAddrs: q.NodeAddrs}
+	r := Resolve(familyLBs(e.lbs, q.Family()), c)
+	tr := &explain.Trace{Drift: e.drift, Notes: e.notes}
+	for i, why := range r.Reasons {
+		s := explain.Step{Where: fmt.Sprintf("HNS step %d", i+1), Why: why}
+		if i == len(r.Reasons)-1 || r.LB == nil {
+			s.Where = "HNS"
+		}
+		tr.Path = append(tr.Path, s)
+	}
+	if r.LB == nil {
+		// HNS has no reject: a Service address without a load balancer is
+		// not captured, and nothing on the node answers for it.
+		return tr, nil
+	}
+	tr.Path = append(tr.Path, explain.Step{Where: "HNS load balancer", What: lbWhat(r.LB), Why: "the load balancer taking the connection"})
+	for _, be := range r.Endpoints {
+		p := 1 / float64(len(r.Endpoints))
+		if r.Pick.IsValid() {
+			p = 0
+			if be == r.Pick {
+				p = 1
+			}
+		}
+		tr.Targets = append(tr.Targets, explain.Target{Verdict: explain.DNAT, Endpoint: netip.AddrPortFrom(be, r.LB.InternalPort).String(),
+			Probability: p, Masquerade: r.SeesNode(c, be)})
+	}
+	switch {
+	case r.Pick.IsValid():
+		tr.Algorithm = fmt.Sprintf("source IP hash (session affinity): %s gets %s", q.From, r.Pick)
+	case len(r.Endpoints) > 1:
+		tr.Algorithm = "HNS spreads new connections over the endpoints (equal weights)"
+	}
+	return tr, nil
+}
+
+func familyLBs(lbs []*LBSpec, fam v1.IPFamily) []*LBSpec {
+	v6 := fam == v1.IPv6Protocol
+	var out []*LBSpec
+	for _, lb := range lbs {
+		if (lb.Flags&LBFlagIPv6 != 0) == v6 {
+			out = append(out, lb)
+		}
+	}
+	return out
+}
+
+func lbWhat(lb *LBSpec) string {
+	var flags []string
+	if lb.Flags&LBFlagDSR != 0 {
+		flags = append(flags, "DSR")
+	}
+	if lb.PortFlags&PortFlagVIPExternalIP != 0 {
+		flags = append(flags, "VIPExternalIP")
+	}
+	if lb.PortFlags&PortFlagLocalRoutedVIP != 0 {
+		flags = append(flags, "LocalRoutedVIP")
+	}
+	if lb.PortFlags&PortFlagILB != 0 {
+		flags = append(flags, "ILB")
+	}
+	eps := make([]string, 0, len(lb.Endpoints))
+	for _, e := range lb.Endpoints {
+		eps = append(eps, e.String())
+	}
+	src := ""
+	if lb.SourceVIP.IsValid() {
+		src = " sourceVIP=" + lb.SourceVIP.String()
+	}
+	return fmt.Sprintf("%s -> %d flags=[%s] distribution=%d%s endpoints=[%s]", lb.Slot(), lb.InternalPort, strings.Join(flags, ","), lb.Distribution, src, strings.Join(eps, ","))
+}
