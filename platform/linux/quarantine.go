@@ -137,6 +137,11 @@ func (b *Backend) quarantineFailure(ctx context.Context, view *proxy.FamilyView,
 		}
 	}
 	start := time.Now()
+	if err := b.probe(ctx, nil); err != nil {
+		// Even an empty probe fails: nothing to blame on a port.
+		klog.V(2).InfoS("Not isolating: iptables-restore fails without any service port", "family", b.family, "err", err)
+		return 0
+	}
 	bad, err := b.isolate(ctx, ports)
 	if err != nil {
 		klog.ErrorS(err, "Could not isolate what the kernel rejects", "family", b.family)

@@ -35,6 +35,9 @@ type env struct {
 	dir   string
 	top   *proxytest.Topology
 	ready []netip.AddrPort
+	// readyWait bounds how long a start may take to program the sentinel
+	// (default 30 s).
+	readyWait time.Duration
 }
 
 // envOptions tune newEnv.
@@ -185,7 +188,11 @@ func (e *env) start() {
 func (e *env) waitReady() {
 	e.t.Helper()
 	begin := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wait := e.readyWait
+	if wait == 0 {
+		wait = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- WaitReady(ctx, e.c, proxytest.Node1, e.ready...) }()

@@ -91,6 +91,7 @@ func TestRestartAtScale(t *testing.T) {
 		e.write("bulk.yaml", bulk...)
 		e.write("churn.yaml", churn(0)...)
 	}})
+	e.readyWait = 5 * time.Minute
 	e.start()
 	t.Logf("%d Services: manifests written and first start programmed in %v", n, time.Since(begin).Round(time.Millisecond))
 	ctx := e.ctx(10 * time.Minute)
