@@ -33,9 +33,11 @@ lint: vet
 
 fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 30s
+	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 30s
 
 # test-fuzz: the short fuzz run CI does on top of the seed corpus (which
-# test-unit runs): random Services and EndpointSlices thrown at the cache.
+# test-unit runs): random Services and EndpointSlices thrown at the cache, and
+# random service ports (names of any bytes) thrown at the iptables planner.
 # The budget is a count of executions (about 20 s here), not a duration: with
 # a duration, Go 1.26's fuzz coordinator can fail a clean run with "context
 # deadline exceeded" when the deadline races a busy worker (go.dev/issue/75804,
@@ -43,6 +45,7 @@ fuzz:
 .PHONY: test-fuzz
 test-fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 50000x
+	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
 
 clean:
 	rm -rf $(BIN) .build
