@@ -64,6 +64,15 @@
 //     file holds one or more concatenated objects. Each object is a Service
 //     (v1), an EndpointSlice (discovery.k8s.io/v1), a Node (v1), or a List
 //     (v1 List, ServiceList, EndpointSliceList, NodeList) of those.
+//   - Only regular files are read, or symbolic links to regular files:
+//     a named pipe, a device, a socket or a link to one is reported once
+//     (naming the file) and never opened for reading, so nothing can block
+//     the poll; the file is also opened non-blocking and checked again, in
+//     case it was replaced after the check. A file larger than 32 MiB
+//     (maxManifestSize) is reported the same way and not read. In both
+//     cases the objects the file defined before are kept.
+//   - Object names are not checked here: the cache validates them for both
+//     sources (see pkg/cache).
 //   - A file that does not parse (YAML or JSON syntax, a field of the wrong
 //     type, an unknown or duplicated field) is reported once per change with
 //     the file name, the line when known and the reason; the objects it
