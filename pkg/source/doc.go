@@ -50,8 +50,14 @@
 //
 // # API server
 //
-// [RunAPIServer] uses a client's list and watch calls. Informers retry with
-// backoff through API-server outages; the source never gives up on its own.
+// [RunAPIServer] uses a client's list and watch calls. A call that fails
+// because the API server is unreachable or restarting is retried with
+// jittered exponential backoff (about 1 s doubling to 30 s, each delay drawn
+// from [d/2, d)), honouring Retry-After; the source never gives up on its
+// own. Watches resume from their resourceVersion after an outage when the
+// cluster is still the same one (the UID of Service default/kubernetes);
+// another cluster, an unreadable identity, a 410 Gone or a too-large
+// resourceVersion makes the informers list again.
 //
 // # Manifest directory
 //
