@@ -82,6 +82,14 @@ test-windows:
 # .build/controlplane/<versions>/ (many minutes cold; seconds once cached).
 # The integration tests and bench-cluster run them; building them here
 # first keeps a cold build out of the tests' deadline.
+# bench-soak (not in CI): 10 minutes of the API-server source, cache and
+# runner against a backend that fails every sync, with EndpointSlices
+# churning through node and zone names never seen before; heap and
+# goroutines sampled (the curve is in docs/benchmarks.md).
+.PHONY: bench-soak
+bench-soak:
+	KPROXY_SOAK=10m KPROXY_SOAK_OUT=$(CURDIR)/.build/soak.txt $(GO) test ./pkg/source -run '^TestSoak$$' -count=1 -timeout 15m -v
+
 .PHONY: controlplane test-integration bench-cluster
 controlplane:
 	$(GO) run ./pkg/testing/controlplane/build
