@@ -33,9 +33,11 @@ lint: vet
 
 fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 30s
+	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 30s
 
 # test-fuzz: the short fuzz run CI does on top of the seed corpus (which
-# test-unit runs): random Services and EndpointSlices thrown at the cache.
+# test-unit runs): random Services and EndpointSlices thrown at the cache, and
+# random service ports (names of any bytes) thrown at the iptables planner.
 # The budget is a count of executions (about 20 s here), not a duration: with
 # a duration, Go 1.26's fuzz coordinator can fail a clean run with "context
 # deadline exceeded" when the deadline races a busy worker (go.dev/issue/75804,
@@ -43,6 +45,7 @@ fuzz:
 .PHONY: test-fuzz
 test-fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 50000x
+	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
 
 clean:
 	rm -rf $(BIN) .build
@@ -79,6 +82,14 @@ test-windows:
 # .build/controlplane/<versions>/ (many minutes cold; seconds once cached).
 # The integration tests and bench-cluster run them; building them here
 # first keeps a cold build out of the tests' deadline.
+# bench-soak (not in CI): 10 minutes of the API-server source, cache and
+# runner against a backend that fails every sync, with EndpointSlices
+# churning through node and zone names never seen before; heap and
+# goroutines sampled (the curve is in docs/benchmarks.md).
+.PHONY: bench-soak
+bench-soak:
+	KPROXY_SOAK=10m KPROXY_SOAK_OUT=$(CURDIR)/.build/soak.txt $(GO) test ./pkg/source -run '^TestSoak$$' -count=1 -timeout 15m -v
+
 .PHONY: controlplane test-integration bench-cluster
 controlplane:
 	$(GO) run ./pkg/testing/controlplane/build

@@ -96,9 +96,42 @@ type Cache struct {
 // batch accumulates event bookkeeping between two snapshots.
 type batch struct {
 	gen            uint64
-	triggers       [2][]time.Time // by family index
+	triggers       [2][]time.Time // by family index, at most maxTriggerTimes each
 	svcEvents      int
 	endpointEvents int
+}
+
+// Bounds on what the cache retains while syncs fail (no Ack): without them a
+// backend that keeps failing under endpoint churn would make the cache keep
+// every trigger time and one batch per failed sync, for as long as it fails.
+const (
+	// maxTriggerTimes caps the trigger times a batch keeps per family; the
+	// earliest ones are kept (they carry the largest latencies). The event
+	// counts stay exact.
+	maxTriggerTimes = 1000
+	// maxPendingBatches caps the unacknowledged batches; beyond it the two
+	// oldest are merged, so their events are reported until the newer of the
+	// two generations is acknowledged.
+	maxPendingBatches = 16
+)
+
+// addTrigger records one trigger time, within maxTriggerTimes.
+func (b *batch) addTrigger(fam int, t time.Time) {
+	if len(b.triggers[fam]) < maxTriggerTimes {
+		b.triggers[fam] = append(b.triggers[fam], t)
+	}
+}
+
+// mergeBatches folds a (older) and b into one batch tagged with b's generation.
+func mergeBatches(a, b batch) batch {
+	out := batch{gen: b.gen, svcEvents: a.svcEvents + b.svcEvents, endpointEvents: a.endpointEvents + b.endpointEvents}
+	for fam := range out.triggers {
+		out.triggers[fam] = a.triggers[fam]
+		for _, t := range b.triggers[fam] {
+			out.addTrigger(fam, t)
+		}
+	}
+	return out
 }
 
 // New returns an empty Cache.
@@ -166,7 +199,18 @@ func (c *Cache) OnService(old, cur *v1.Service) {
 }
 
 // OnEndpointSlice records an EndpointSlice add (old nil), update or delete (cur nil).
+//
+// The new version is parsed before the lock is taken, and the old version is
+// replaced by the new one in the same critical section: a Snapshot never sees
+// the Service with the old version gone and the new one not yet filed.
 func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
+	var info *sliceInfo
+	if cur != nil {
+		var problems []Problem
+		info, problems = parseSlice(cur)
+		c.warn(problems)
+	}
+
 	c.mu.Lock()
 	touched := map[types.NamespacedName]struct{}{}
 	if old != nil {
@@ -184,16 +228,6 @@ func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 			}
 		}
 	}
-	c.mu.Unlock()
-
-	var info *sliceInfo
-	if cur != nil {
-		var problems []Problem
-		info, problems = parseSlice(cur)
-		c.warn(problems)
-	}
-
-	c.mu.Lock()
 	if info != nil {
 		m := c.slices[info.service]
 		if m == nil {
@@ -203,7 +237,7 @@ func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 		m[info.name] = info
 		touched[info.service] = struct{}{}
 		if !info.trigger.IsZero() {
-			c.open.triggers[info.fam] = append(c.open.triggers[info.fam], info.trigger)
+			c.open.addTrigger(info.fam, info.trigger)
 		}
 	}
 	for k := range touched {
@@ -298,6 +332,10 @@ func (c *Cache) Snapshot() (*proxy.Snapshot, proxy.Changes) {
 		c.open.gen = c.last.Generation
 		c.pending = append(c.pending, c.open)
 		c.open = batch{}
+		if len(c.pending) > maxPendingBatches {
+			c.pending[1] = mergeBatches(c.pending[0], c.pending[1])
+			c.pending = slices.Delete(c.pending, 0, 1)
+		}
 	}
 
 	ch := proxy.Changes{Ports: make(map[proxy.ServicePortName]struct{}, len(c.changed)), Node: c.nodeChanged != 0}

@@ -1,10 +1,12 @@
 package cache
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -310,5 +312,63 @@ func TestSortedView(t *testing.T) {
 	want := []string{"a/b:x/TCP", "a/b:y/TCP", "a/c:x/TCP", "a/c:y/TCP", "z/b:x/TCP", "z/b:y/TCP"}
 	if got := portNames(snap.IPv4); !slices.Equal(got, want) {
 		t.Errorf("order %v", got)
+	}
+}
+
+// TestRetainedBookkeepingIsBoundedWhileSyncsFail: a backend that never
+// succeeds (no Ack) under endpoint churn must not make the cache keep every
+// trigger time and one batch per failed sync. Event counts stay exact.
+func TestRetainedBookkeepingIsBoundedWhileSyncsFail(t *testing.T) {
+	c := New(Options{NodeName: thisNode})
+	c.OnService(nil, svc("ns/a", []string{"10.96.0.1"}, []string{"80"}))
+	prev := (*discovery.EndpointSlice)(nil)
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	const syncs, perSync = 3 * maxPendingBatches, maxTriggerTimes/10 + 7
+	events := 0
+	var first *proxy.Snapshot
+	for i := 0; i < syncs; i++ {
+		for j := 0; j < perSync; j++ {
+			s := slice("ns/a-1", "a", discovery.AddressTypeIPv4, []string{"80"}, ep(fmt.Sprintf("10.0.%d.%d", i%250, 1+j%250)))
+			s.Annotations = map[string]string{annotationTriggerTime: base.Add(time.Duration(events) * time.Second).Format(time.RFC3339Nano)}
+			c.OnEndpointSlice(prev, s)
+			prev = s
+			events++
+		}
+		snap, _ := c.Snapshot() // the sync fails: no Ack
+		if first == nil {
+			first = snap
+		}
+	}
+	if len(c.pending) > maxPendingBatches {
+		t.Errorf("%d pending batches retained, want at most %d", len(c.pending), maxPendingBatches)
+	}
+	snap, ch := c.Snapshot()
+	tt := ch.TriggerTimes[v1.IPv4Protocol]
+	if limit := maxPendingBatches * maxTriggerTimes; len(tt) > limit || len(tt) == 0 {
+		t.Errorf("%d trigger times retained, want 1..%d", len(tt), limit)
+	}
+	if !tt[0].Equal(base) {
+		t.Errorf("earliest trigger time %v dropped (first kept %v)", base, tt[0])
+	}
+	if ch.EndpointEvents != events || ch.ServiceEvents != 1 {
+		t.Errorf("events %d/%d, want 1/%d", ch.ServiceEvents, ch.EndpointEvents, events)
+	}
+	// One batch over its own cap keeps the earliest maxTriggerTimes.
+	var b batch
+	for i := 0; i < 2*maxTriggerTimes; i++ {
+		b.addTrigger(0, base.Add(time.Duration(i)))
+	}
+	if len(b.triggers[0]) != maxTriggerTimes || !b.triggers[0][0].Equal(base) {
+		t.Errorf("batch kept %d trigger times starting %v", len(b.triggers[0]), b.triggers[0][0])
+	}
+	// Acknowledging an early snapshot keeps what later ones included;
+	// acknowledging the last clears everything.
+	c.Ack(first)
+	if _, ch := c.Snapshot(); ch.EndpointEvents == 0 {
+		t.Error("ack of the first snapshot dropped later events")
+	}
+	c.Ack(snap)
+	if _, ch := c.Snapshot(); ch.EndpointEvents+ch.ServiceEvents != 0 || len(ch.TriggerTimes) != 0 {
+		t.Errorf("after the last ack: %+v", ch)
 	}
 }

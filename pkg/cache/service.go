@@ -120,6 +120,11 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, Problem{Kind: "Service", Object: name, Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
+	if p := nameProblem("Service", name,
+		nameCheck{"metadata.namespace", svc.Namespace, dnsLabel},
+		nameCheck{"metadata.name", svc.Name, dnsLabel}); p != nil {
+		return nil, []Problem{*p}
+	}
 	if svc.Spec.Type == v1.ServiceTypeExternalName {
 		return nil, nil
 	}
@@ -167,6 +172,12 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 		if !validPort(p.Port) {
 			bad(f("port"), "port %d out of range 1-65535", p.Port)
 			continue
+		}
+		if p.Name != "" {
+			if msgs := dnsLabel(p.Name); len(msgs) > 0 {
+				bad(f("name"), "invalid port name %q: %s", p.Name, strings.Join(msgs, "; "))
+				continue
+			}
 		}
 		key := p.Name + "/" + string(proto)
 		if seen[key] {

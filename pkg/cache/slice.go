@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"net/netip"
@@ -54,10 +55,19 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, Problem{Kind: "EndpointSlice", Object: name, Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
+	if p := nameProblem("EndpointSlice", name,
+		nameCheck{"metadata.namespace", es.Namespace, dnsLabel},
+		nameCheck{"metadata.name", es.Name, dnsSubdomain}); p != nil {
+		return nil, []Problem{*p}
+	}
 	svcName := es.Labels[discovery.LabelServiceName]
 	if svcName == "" {
 		bad("metadata.labels["+discovery.LabelServiceName+"]", "missing: the slice belongs to no Service")
 		return nil, problems
+	}
+	if p := nameProblem("EndpointSlice", name,
+		nameCheck{"metadata.labels[" + discovery.LabelServiceName + "]", svcName, dnsLabel}); p != nil {
+		return nil, []Problem{*p}
 	}
 	info := &sliceInfo{name: es.Name, service: types.NamespacedName{Namespace: es.Namespace, Name: svcName}}
 	switch es.AddressType {
@@ -86,6 +96,12 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 		sp := slicePort{port: *p.Port, protocol: v1.ProtocolTCP}
 		if p.Name != nil {
 			sp.name = *p.Name
+		}
+		if sp.name != "" {
+			if msgs := dnsLabel(sp.name); len(msgs) > 0 {
+				bad(f("name"), "invalid port name %q: %s", sp.name, strings.Join(msgs, "; "))
+				continue
+			}
 		}
 		if p.Protocol != nil {
 			sp.protocol = *p.Protocol

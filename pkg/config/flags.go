@@ -42,7 +42,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	// kproxy's own and command-level flags.
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON), read strictly. Flags given explicitly override its values.")
 	fs.StringVar(&o.Master, "master", o.Master, "Address of the Kubernetes API server; overrides the server in the kubeconfig.")
-	fs.StringVar(&o.Manifests, "manifests", o.Manifests, "Serve the Service, EndpointSlice and Node manifests (*.yaml, *.yml, *.json) in this directory instead of watching an API server; changes are picked up while running.")
+	fs.StringVar(&o.Manifests, "manifests", o.Manifests, "Serve the Service, EndpointSlice and Node manifests (*.yaml, *.yml, *.json) in this directory instead of watching an API server; changes are picked up while running. Only regular files (or symbolic links to them) of at most 32 MiB are read; anything else with a manifest name (a named pipe, a device, a socket, a larger file) is reported once in the log and skipped.")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Print what the chosen proxy mode would program, then exit without changing the node.")
 	fs.StringVar(&o.DryRunOutput, "dry-run-output", o.DryRunOutput, "What --dry-run prints: 'rules' (the exact iptables-restore input or HNS objects of the proxy mode) or 'state' (the node-local desired state as YAML: each service port with its cluster and local endpoints).")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Remove everything kproxy programmed on this node, then exit.")

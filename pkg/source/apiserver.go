@@ -43,7 +43,9 @@ func apiServerLW(client kubernetes.Interface) lwFactory {
 			list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }
 			wtch = c.Watch
 		}
-		rc := newReconnector(k.String())
+		// Each kind remembers the cluster it follows: after an outage, the
+		// first kind to see a new cluster must not make the others resume.
+		rc := newReconnector(k.String(), &clusterIdentity{probe: kubernetesServiceUID(client)})
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				tweak(&o)

@@ -50,8 +50,14 @@
 //
 // # API server
 //
-// [RunAPIServer] uses a client's list and watch calls. Informers retry with
-// backoff through API-server outages; the source never gives up on its own.
+// [RunAPIServer] uses a client's list and watch calls. A call that fails
+// because the API server is unreachable or restarting is retried with
+// jittered exponential backoff (about 1 s doubling to 30 s, each delay drawn
+// from [d/2, d)), honouring Retry-After; the source never gives up on its
+// own. Watches resume from their resourceVersion after an outage when the
+// cluster is still the same one (the UID of Service default/kubernetes);
+// another cluster, an unreadable identity, a 410 Gone or a too-large
+// resourceVersion makes the informers list again.
 //
 // # Manifest directory
 //
@@ -64,6 +70,15 @@
 //     file holds one or more concatenated objects. Each object is a Service
 //     (v1), an EndpointSlice (discovery.k8s.io/v1), a Node (v1), or a List
 //     (v1 List, ServiceList, EndpointSliceList, NodeList) of those.
+//   - Only regular files are read, or symbolic links to regular files:
+//     a named pipe, a device, a socket or a link to one is reported once
+//     (naming the file) and never opened for reading, so nothing can block
+//     the poll; the file is also opened non-blocking and checked again, in
+//     case it was replaced after the check. A file larger than 32 MiB
+//     (maxManifestSize) is reported the same way and not read. In both
+//     cases the objects the file defined before are kept.
+//   - Object names are not checked here: the cache validates them for both
+//     sources (see pkg/cache).
 //   - A file that does not parse (YAML or JSON syntax, a field of the wrong
 //     type, an unknown or duplicated field) is reported once per change with
 //     the file name, the line when known and the reason; the objects it

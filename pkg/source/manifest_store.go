@@ -172,6 +172,9 @@ func (s *manifestStore) scan(settle bool) error {
 			st = &fileState{}
 			s.files[name] = st
 		}
+		if err == nil {
+			err = checkManifestFile(fi)
+		}
 		if err != nil {
 			s.reportIOError(st, path, err)
 			continue
@@ -186,7 +189,7 @@ func (s *manifestStore) scan(settle bool) error {
 			continue
 		}
 		readAt := s.now()
-		data, err := os.ReadFile(path)
+		data, err := readManifest(path)
 		if err != nil {
 			s.reportIOError(st, path, err)
 			continue

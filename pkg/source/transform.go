@@ -77,6 +77,14 @@ func (t *transformer) transform(obj any) (any, error) {
 	return obj, nil
 }
 
+// maxInterned bounds the intern table. Node and zone names of a 5,000-node
+// cluster fit; under node-name churn (autoscaled nodes come and go for ever)
+// the table is emptied when full rather than growing without bound. Objects
+// already transformed keep their shared pointers; only new objects start a
+// fresh table, so the cost of a reset is some lost sharing, never a wrong
+// value.
+const maxInterned = 16384
+
 // intern returns one shared pointer per distinct string (node and zone
 // names repeat across thousands of endpoints). Callers hold t.mu.
 func (t *transformer) intern(s *string) *string {
@@ -85,6 +93,9 @@ func (t *transformer) intern(s *string) *string {
 	}
 	if p, ok := t.strings[*s]; ok {
 		return p
+	}
+	if len(t.strings) >= maxInterned {
+		clear(t.strings)
 	}
 	t.strings[*s] = s
 	return s

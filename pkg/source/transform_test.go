@@ -1,6 +1,7 @@
 package source
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,6 +59,30 @@ func TestTransformSharesRepeatedValues(t *testing.T) {
 	if ea[0].Conditions.Ready != eb[0].Conditions.Ready || *ea[0].Conditions.Ready != true ||
 		ea[1].Conditions.Ready != ea[0].Conditions.Terminating || *ea[1].Conditions.Ready != false || ea[1].Conditions.Serving != nil {
 		t.Errorf("conditions not shared or changed: %+v %+v", ea[0].Conditions, ea[1].Conditions)
+	}
+}
+
+// TestInternTableIsBounded: under node-name churn (every slice version names
+// new nodes) the intern table stays within maxInterned, the values stay
+// right, and sharing resumes after a reset.
+func TestInternTableIsBounded(t *testing.T) {
+	tr := newTransformer()
+	for i := 0; i < 3*maxInterned; i++ {
+		es := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, Endpoints: []discovery.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, NodeName: ptr.To(fmt.Sprintf("node-%d", i))},
+		}}
+		out, _ := tr.transform(es)
+		if got := *out.(*discovery.EndpointSlice).Endpoints[0].NodeName; got != fmt.Sprintf("node-%d", i) {
+			t.Fatalf("node name %q, want node-%d", got, i)
+		}
+		if n := len(tr.strings); n > maxInterned {
+			t.Fatalf("intern table holds %d strings after %d distinct names, cap %d", n, i+1, maxInterned)
+		}
+	}
+	a, _ := tr.transform(&discovery.EndpointSlice{Endpoints: []discovery.Endpoint{{NodeName: ptr.To("again")}}})
+	b, _ := tr.transform(&discovery.EndpointSlice{Endpoints: []discovery.Endpoint{{NodeName: ptr.To("again")}}})
+	if a.(*discovery.EndpointSlice).Endpoints[0].NodeName != b.(*discovery.EndpointSlice).Endpoints[0].NodeName {
+		t.Error("names not shared after the table was reset")
 	}
 }
 

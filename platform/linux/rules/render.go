@@ -167,7 +167,29 @@ func portMatch(proto string, port int32) string {
 	return "-p " + proto + " -m " + proto + " --dport " + strconv.Itoa(int(port))
 }
 
-func commentOf(n proxy.ServicePortName) string { return ruleset.SaveString(n.String()) }
+// commentOf spells a service port's name as a rule comment. The name is
+// object data: the cache validates it, but the renderer does not rely on
+// that, so the comment can never end the line or the quoted string early.
+func commentOf(n proxy.ServicePortName) string { return ruleset.SaveString(commentText(n.String())) }
+
+// maxComment is the longest comment the kernel's comment match accepts
+// (XT_MAX_COMMENT_LEN, 256, counts the terminating NUL).
+const maxComment = 255
+
+// commentText keeps printable ASCII only (anything else, control characters
+// and NUL included, becomes '?') and cuts the text at maxComment bytes.
+// Quotes and backslashes stay: ruleset.SaveString escapes them.
+func commentText(s string) string {
+	b := make([]byte, 0, min(len(s), maxComment))
+	for i := 0; i < len(s) && len(b) < maxComment; i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
 
 // problem describes input that was skipped.
 func problem(sp *proxy.ServicePort, field, format string, args ...any) string {
