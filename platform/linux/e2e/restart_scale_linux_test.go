@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -154,7 +155,9 @@ func TestRestartAtScale(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 			if err = e.p.Start(); err == nil {
-				time.Sleep(700 * time.Millisecond) // listing, planning, restoring
+				if !waitRestoreChild(e.p.Process().Pid(), 2*time.Minute) {
+					t.Errorf("%s: never saw kproxy run iptables-restore", how)
+				}
 				err = e.p.Kill()
 			}
 		}
@@ -197,6 +200,26 @@ func TestRestartAtScale(t *testing.T) {
 	if strings.Contains(strings.Join(got, " "), "KPROXY-PROBE") {
 		t.Error("probe chains left in the kernel")
 	}
+}
+
+// waitRestoreChild waits until process pid has an iptables-restore child
+// (it is in the middle of a restore) and reports whether it saw one.
+func waitRestoreChild(pid int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, c := range strings.Fields(string(b)) {
+				comm, _ := os.ReadFile("/proc/" + c + "/cmdline") // comm is cut at 15 bytes
+				if strings.Contains(string(comm), "restore") {
+					return true
+				}
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
 }
 
 // diff lists up to max elements of a not in b.
