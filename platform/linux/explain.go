@@ -84,7 +84,13 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 	affinity := false
 	for _, o := range outs {
 		t := explain.Target{Probability: o.Probability, Masquerade: o.Masquerade}
+		byKproxy := decidedByKproxy(o)
 		switch {
+		case (o.Verdict == ruleset.Reject || o.Verdict == ruleset.Drop) && !byKproxy && !o.DNAT:
+			// The host's own rules (a FORWARD policy of DROP, say) decide
+			// the fate of a packet kproxy does not handle.
+			t.Verdict = explain.NotHandled
+			tr.Notes = appendOnce(tr.Notes, fmt.Sprintf("kproxy does not handle it; the host's own rules then %s it (%s)", strings.ToLower(string(o.Verdict)), lastStep(o)))
 		case o.Verdict == ruleset.Reject:
 			t.Verdict = explain.Reject
 		case o.Verdict == ruleset.Drop:
@@ -110,6 +116,39 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 		tr.Notes = append(tr.Notes, "no kproxy chain sees this packet: kproxy does not handle this address (or its jumps are missing)")
 	}
 	return tr, nil
+}
+
+// decidedByKproxy reports whether a DROP or REJECT of o comes from a rule
+// of a kproxy chain (kproxy's own REJECT and DROP rules, in KPROXY-FIREWALL).
+func decidedByKproxy(o ruleset.Outcome) bool {
+	for _, st := range o.Steps {
+		if rules.Owned(st.Chain) && (st.Target == "DROP" || st.Target == "REJECT") {
+			return true
+		}
+	}
+	return false
+}
+
+// lastStep names where a packet's fate was decided: the last rule taken, or
+// the policy of the last chain.
+func lastStep(o ruleset.Outcome) string {
+	if n := len(o.Steps); n > 0 && (o.Steps[n-1].Target == "DROP" || o.Steps[n-1].Target == "REJECT") {
+		st := o.Steps[n-1]
+		return fmt.Sprintf("%s/%s rule %d: %s", st.Table, st.Chain, st.Rule, st.Spec)
+	}
+	if n := len(o.Path); n > 0 {
+		return o.Path[n-1] + " policy"
+	}
+	return "policy"
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
 }
 
 func mergeTarget(ts []explain.Target, t explain.Target) []explain.Target {
