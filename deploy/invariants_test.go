@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kproxy/kproxy/pkg/config"
 )
 
 // Names the deployment is built around.
@@ -179,11 +181,26 @@ func windowsInvariants() []invariant {
 				ds.Spec.Template.Spec.SecurityContext.WindowsOptions.RunAsUserName = &u
 			}},
 		invariant{"kernelspace mode",
-			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				v, _ := flagValue(proxyContainer(ds), "proxy-mode")
-				return want(v == "kernelspace", "--proxy-mode=%q", v)
+			func(r *rendered, ds *appsv1.DaemonSet) error {
+				// With --config, --proxy-mode is ignored (as upstream): the
+				// file sets the mode, and a contradicting flag would mislead.
+				if v, ok := flagValue(proxyContainer(ds), "proxy-mode"); ok && v != "kernelspace" {
+					return fmt.Errorf("--proxy-mode=%q", v)
+				}
+				cm, key, err := configSource(r, ds)
+				if err != nil {
+					return err
+				}
+				c, err := config.Decode([]byte(cm.Data[key]))
+				if err != nil {
+					return err
+				}
+				return want(c.Mode == config.ModeKernelspace, "config mode %q", c.Mode)
 			},
-			func(ds *appsv1.DaemonSet) { setFlag(proxyContainer(ds), "proxy-mode", "iptables") }},
+			func(ds *appsv1.DaemonSet) {
+				c := proxyContainer(ds)
+				c.Args = append(c.Args, "--proxy-mode=iptables")
+			}},
 		invariant{"HNS network from KUBE_NETWORK",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				return want(envValue(proxyContainer(ds), "KUBE_NETWORK") != "", "no KUBE_NETWORK value")

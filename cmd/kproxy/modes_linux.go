@@ -18,6 +18,7 @@ func addPlatformModes(m app.Modes) {
 	mode := m[string(config.ModeIPTables)]
 	mode.NewBackend = newIPTablesBackend
 	mode.Cleanup = cleanupIPTables
+	mode.Init = initNode
 	m[string(config.ModeIPTables)] = mode
 }
 
@@ -96,18 +97,42 @@ func tuneNode(log klog.Logger, o *config.Options) {
 	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
 		log.Info("Warning: could not set the OOM score adjustment", "err", err)
 	}
+	s := conntrackSettings(o)
+	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+		log.Info("Warning: some conntrack settings were not applied", "err", err)
+	} else if len(s.Sysctls()) > 0 {
+		log.V(2).Info("Conntrack settings applied", "sysctls", s.Sysctls())
+	}
+}
+
+// initNode is --init-only: what needs full privileges (the OOM score and
+// the conntrack sysctls), failing on any error, as upstream. A kproxy
+// started afterwards with only NET_ADMIN and NET_RAW finds the sysctls
+// already at their values and writes nothing.
+func initNode(ctx context.Context, o *config.Options) error {
+	var errs []error
+	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
+		errs = append(errs, err)
+	}
+	s := conntrackSettings(o)
+	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("--init-only: %w", err)
+	}
+	klog.FromContext(ctx).Info("Initialization done", "sysctls", s.Sysctls())
+	return nil
+}
+
+func conntrackSettings(o *config.Options) linux.ConntrackSettings {
 	ct := o.Conntrack()
-	s := linux.ConntrackSettings{
+	return linux.ConntrackSettings{
 		Max:                   ct.Max(runtime.NumCPU()),
 		TCPEstablishedTimeout: ct.TCPEstablishedTimeout,
 		TCPCloseWaitTimeout:   ct.TCPCloseWaitTimeout,
 		TCPBeLiberal:          ct.TCPBeLiberal,
 		UDPTimeout:            ct.UDPTimeout,
 		UDPStreamTimeout:      ct.UDPStreamTimeout,
-	}
-	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
-		log.Info("Warning: some conntrack settings were not applied", "err", err)
-	} else if len(s.Sysctls()) > 0 {
-		log.V(2).Info("Conntrack settings applied", "sysctls", s.Sysctls())
 	}
 }

@@ -76,6 +76,9 @@ type Mode struct {
 	// Cleanup removes everything this mode programmed. nil when the mode
 	// cannot run on this OS.
 	Cleanup func(ctx context.Context, o *config.Options) error
+	// Init does what needs full privileges (--init-only). nil when the mode
+	// needs nothing of the kind.
+	Init func(ctx context.Context, o *config.Options) error
 	// ClassifyError names the cause of a backend's sync error when the
 	// platform recognises it ("" otherwise); see metrics.Classify. May be nil.
 	ClassifyError func(error) metrics.Cause
@@ -133,6 +136,13 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 			return fmt.Errorf("--cleanup: proxy mode %q cannot run on this OS", name)
 		}
 		return mode.Cleanup(ctx, o)
+	}
+	if o.InitOnly {
+		if mode.Init == nil {
+			logger.Info("--init-only: nothing to initialize in this proxy mode", "mode", name)
+			return nil
+		}
+		return mode.Init(ctx, o)
 	}
 	if d.Stdout == nil {
 		d.Stdout = io.Discard
@@ -219,6 +229,15 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "families", fams,
 		"minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
 	rep.starting()
+	if msg := o.ModeWarning(); msg != "" {
+		rep.nodeWarning("ProxyModeNotImplemented", msg)
+	}
+	var configChanged <-chan error
+	if o.ConfigFile != "" {
+		if configChanged, err = watchConfigFile(ctx, o.ConfigFile, configWatchInterval); err != nil {
+			return err
+		}
+	}
 	q.start(r.Trigger, fams, health, m)
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
@@ -231,6 +250,10 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		}
 		return nil
 	case err := <-srv.fatal:
+		cancel()
+		<-done
+		return err
+	case err := <-configChanged:
 		cancel()
 		<-done
 		return err

@@ -219,9 +219,11 @@ func TestValidateMode(t *testing.T) {
 		{"darwin", "iptables", true, ""},
 		{"linux", "kernelspace", false, `mode: Invalid value: "kernelspace": kernelspace mode runs only on Windows (use iptables on Linux, or --dry-run to print the HNS plan)`},
 		{"windows", "iptables", false, `mode: Invalid value: "iptables": iptables mode runs only on Linux (use kernelspace on Windows, or --dry-run to print the iptables rules)`},
-		{"linux", "ipvs", false, `mode: Invalid value: "ipvs": not supported by kproxy: use iptables (Linux) or kernelspace (Windows)`},
-		{"linux", "nftables", true, `mode: Invalid value: "nftables": not supported by kproxy: use iptables (Linux) or kernelspace (Windows)`},
-		{"windows", "userspace", false, `mode: Unsupported value: "userspace": supported values: "iptables", "kernelspace"`},
+		{"linux", "ipvs", false, ""},
+		{"linux", "nftables", false, ""},
+		{"windows", "nftables", true, ""},
+		{"windows", "ipvs", false, `mode: Invalid value: "ipvs": runs only on Linux (use kernelspace on Windows)`},
+		{"windows", "userspace", false, `mode: Unsupported value: "userspace": supported values: "iptables", "kernelspace", "ipvs", "nftables"`},
 		{"linux", "", false, `mode: Required value`},
 	} {
 		t.Run(tc.goos+"/"+string(tc.mode), func(t *testing.T) {
@@ -241,7 +243,7 @@ func TestValidateMode(t *testing.T) {
 // bad field of testdata/invalid/several.yaml, in a message kept as a golden file.
 func TestValidateListsEveryError(t *testing.T) {
 	o := testOptions("linux", nil)
-	if _, err := parse(t, o, "--config", "testdata/invalid/several.yaml", "--iptables-masquerade-bit=33", "--cluster-cidr=10.0.0.0/8,10.1.0.0/16"); err != nil {
+	if _, err := parse(t, o, "--config", "testdata/invalid/several.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	err := o.Validate()
@@ -249,8 +251,8 @@ func TestValidateListsEveryError(t *testing.T) {
 	if !errors.As(err, &ve) {
 		t.Fatalf("Validate error = %v, want a *ValidationError", err)
 	}
-	if len(ve.Errors) != 14 {
-		t.Errorf("got %d errors, want 14", len(ve.Errors))
+	if len(ve.Errors) != 15 {
+		t.Errorf("got %d errors, want 15", len(ve.Errors))
 	}
 	var fe *field.Error
 	if !errors.As(err, &fe) {
