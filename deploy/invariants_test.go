@@ -138,12 +138,38 @@ func commonInvariants(os string) []invariant {
 
 func linuxInvariants() []invariant {
 	return append(commonInvariants("linux"),
-		invariant{"privileged",
+		invariant{"least privilege: NET_ADMIN and NET_RAW only",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				sc := proxyContainer(ds).SecurityContext
-				return want(sc != nil && sc.Privileged != nil && *sc.Privileged, "not privileged")
+				if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil {
+					return fmt.Errorf("privileged or no capabilities: %+v", sc)
+				}
+				drop := fmt.Sprint(sc.Capabilities.Drop)
+				add := fmt.Sprint(sc.Capabilities.Add)
+				return want(drop == "[ALL]" && add == "[NET_ADMIN NET_RAW]", "capabilities drop %s add %s, want drop [ALL] add [NET_ADMIN NET_RAW]", drop, add)
 			},
-			func(ds *appsv1.DaemonSet) { *proxyContainer(ds).SecurityContext.Privileged = false }},
+			func(ds *appsv1.DaemonSet) {
+				sc := proxyContainer(ds).SecurityContext
+				sc.Capabilities.Add = append(sc.Capabilities.Add, "SYS_ADMIN")
+			}},
+		invariant{"a privileged init container runs --init-only with the same config",
+			func(_ *rendered, ds *appsv1.DaemonSet) error {
+				ics := ds.Spec.Template.Spec.InitContainers
+				if len(ics) != 1 {
+					return fmt.Errorf("%d init containers, want 1", len(ics))
+				}
+				ic := ics[0]
+				if sc := ic.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+					return fmt.Errorf("init container not privileged")
+				}
+				script := strings.Join(append(append([]string(nil), ic.Command...), ic.Args...), " ")
+				cfg, _ := flagValue(proxyContainer(ds), "config")
+				if !strings.Contains(script, "--init-only") || cfg == "" || !strings.Contains(script, "--config="+cfg) {
+					return fmt.Errorf("init container %q does not run kproxy --init-only --config=%s", script, cfg)
+				}
+				return want(ic.Image == proxyContainer(ds).Image, "init image %q differs from kproxy's", ic.Image)
+			},
+			func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.InitContainers = nil }},
 		invariant{"xtables lock shared with the host",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				return hostPathMount(ds, "/run/xtables.lock", v1.HostPathFileOrCreate, false)

@@ -118,6 +118,14 @@ func initNode(ctx context.Context, o *config.Options) error {
 	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
 		errs = append(errs, err)
 	}
+	// The backend enables route_localnet for IPv4 localhost NodePorts; set
+	// it here so that an unprivileged kproxy finds it set (see
+	// iptablesConfig for the condition).
+	if o.LocalhostNodePorts() && o.NodePortAddresses().IncludesIPv4Loopback() {
+		if err := linux.ProcHost().SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("--init-only: %w", err)
 	}
