@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 
@@ -208,12 +207,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		Healthy: health.Healthy, Report: rep.healthCheckFailed, Logger: &logger})
 	defer hc.Close()
 	if addr, ok := o.MetricsBindAddress(); ok {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		if o.Config.EnableProfiling {
-			installProfiling(mux)
-		}
-		srv.start(ctx, "metrics", addr.String(), mux)
+		srv.start(ctx, "metrics", addr.String(), metricsMux(o, m))
 	}
 	if addr, ok := o.HealthzBindAddress(); ok {
 		srv.start(ctx, "healthz", addr.String(), health.Handler(m.Served))

@@ -94,6 +94,8 @@ type Options struct {
 	ignoredFlags []string
 	// fileWarnings are the file's problems tolerated by lenient decoding.
 	fileWarnings []Problem
+	// flagz lists every flag with its value, for /flagz.
+	flagz []string
 
 	// Flag-only values, applied in Complete.
 	flagFeatureGates map[string]bool
@@ -162,6 +164,8 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 		c, o.fileWarnings = loaded, warnings
 	}
 
+	o.flagz = nil
+	fs.VisitAll(func(f *pflag.Flag) { o.flagz = append(o.flagz, fmt.Sprintf("%s=%s", f.Name, f.Value.String())) })
 	o.setBy = map[string]string{}
 	var explicit []binding
 	for _, b := range o.bindings {
@@ -332,6 +336,10 @@ func (o *Options) Warnings() []string {
 	}
 	return w
 }
+
+// Flagz lists every flag as "name=value" (set or default), sorted by name,
+// as /flagz shows them. Set by Complete.
+func (o *Options) Flagz() []string { return o.flagz }
 
 // ModeWarning says, for a mode kproxy has no backend for (ipvs, nftables),
 // what it runs instead; "" otherwise. The caller also records it as a
