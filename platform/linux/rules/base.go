@@ -117,7 +117,9 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 	filter = append(filter, inp.out())
 	fwd := &builder{chain: ChainForward}
 	fwd.add("-j", ChainFirewall)
-	fwd.add("-m conntrack --ctstate INVALID -j DROP")
+	if !r.cfg.TCPBeLiberal {
+		fwd.add("-m conntrack --ctstate INVALID -j DROP")
+	}
 	fwd.add(r.matchMasq, "-j ACCEPT")
 	fwd.add("-m conntrack --ctstate DNAT -j ACCEPT")
 	filter = append(filter, fwd.out())
