@@ -296,6 +296,11 @@ func TestCleanupDaemonSets(t *testing.T) {
 		}
 		switch os {
 		case "linux":
+			// It runs next to the kube-proxy being rolled back to: it must
+			// not remove kube-proxy's state.
+			if v, ok := flagValue(c, "take-over-kube-proxy"); !ok || v != "false" {
+				t.Errorf("%s: --take-over-kube-proxy=%q (set %v), want false", ds.Name, v, ok)
+			}
 			if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 				t.Errorf("%s: not privileged", ds.Name)
 			}

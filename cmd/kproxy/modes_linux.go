@@ -58,8 +58,23 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 	return backends, nil
 }
 
-// cleanupIPTables removes everything kproxy owns, in both families.
+// cleanupIPTables is --cleanup: it removes everything kproxy owns, in both
+// families, then, as upstream kube-proxy's --cleanup does, kube-proxy's
+// state of every mode (cleanupUpstream) — unless --take-over-kube-proxy=false,
+// which keeps kube-proxy's state (the rollback DaemonSet runs it that way,
+// next to a running kube-proxy).
 func cleanupIPTables(ctx context.Context, o *config.Options) error {
+	errs := []error{cleanupOwn(ctx, o)}
+	if o.TakeOverKubeProxy {
+		errs = append(errs, cleanupUpstream(ctx))
+	} else {
+		klog.FromContext(ctx).Info("Cleanup: kube-proxy's state left in place (--take-over-kube-proxy=false)")
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupOwn removes everything kproxy owns, in both families.
+func cleanupOwn(ctx context.Context, o *config.Options) error {
 	var errs []error
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
@@ -78,6 +93,58 @@ func cleanupIPTables(ctx context.Context, o *config.Options) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupUpstream removes what upstream kube-proxy leaves on a node, in
+// every mode, as its own --cleanup does: the iptables chains of its iptables
+// and ipvs modes (both families, both iptables flavours), its nftables
+// tables "ip kube-proxy" and "ip6 kube-proxy", and for the ipvs mode its
+// KUBE-* ipsets (skipped, and said, when the ipset tool is missing) and its
+// dummy interface kube-ipvs0. IPVS virtual servers are not removed.
+func cleanupUpstream(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	var errs []error
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		for _, fl := range []linux.Flavour{linux.FlavourLegacy, linux.FlavourNFT} {
+			ipt, err := linux.NewSystemIptables(fam, fl)
+			if err != nil {
+				log.V(2).Info("Cleanup: no iptables tools of this flavour", "family", fam, "flavour", fl, "err", err)
+				continue
+			}
+			removed, err := linux.CleanupUpstreamIptables(ctx, ipt)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("kube-proxy's %s iptables chains (%s): %w", fam, fl, err))
+			} else if len(removed) > 0 {
+				log.Info("Cleanup: removed kube-proxy's iptables chains", "family", fam, "flavour", fl, "chains", removed)
+			}
+		}
+		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
+		if err != nil {
+			continue
+		}
+		deleted, err := linux.CleanupUpstreamNFTables(ctx, sys.NFTables, fam)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kube-proxy's %s nftables table: %w", fam, err))
+		} else if deleted {
+			log.Info("Cleanup: deleted kube-proxy's nftables table", "family", fam)
+		}
+	}
+	sets, err := linux.CleanupUpstreamIPSets(ctx, linux.SystemIPSets())
+	switch {
+	case errors.Is(err, linux.ErrNoIPSetTool):
+		log.Info("Cleanup: ipset is not installed; kube-proxy's ipvs-mode ipsets, if any, were not looked for")
+	case err != nil:
+		errs = append(errs, fmt.Errorf("kube-proxy's ipsets: %w", err))
+	}
+	if len(sets) > 0 {
+		log.Info("Cleanup: destroyed kube-proxy's ipsets", "sets", sets)
+	}
+	if deleted, err := linux.DeleteUpstreamIPVSInterface(); err != nil {
+		errs = append(errs, err)
+	} else if deleted {
+		log.Info("Cleanup: deleted kube-proxy's interface", "interface", linux.UpstreamIPVSInterface)
 	}
 	return errors.Join(errs...)
 }

@@ -61,7 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Manifests, "manifests", o.Manifests, "Serve the Service, EndpointSlice and Node manifests (*.yaml, *.yml, *.json) in this directory instead of watching an API server; changes are picked up while running.")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Print what the chosen proxy mode would program, then exit without changing the node.")
 	fs.StringVar(&o.DryRunOutput, "dry-run-output", o.DryRunOutput, "What --dry-run prints: 'rules' (the exact iptables-restore input or HNS objects of the proxy mode) or 'state' (the node-local desired state as YAML: each service port with its cluster and local endpoints).")
-	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Remove everything kproxy programmed on this node, then exit.")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Remove everything kproxy programmed on this node and, as kube-proxy's --cleanup, kube-proxy's state of every mode (Linux: iptables chains, nftables tables, ipsets, kube-ipvs0; kept with --take-over-kube-proxy=false), then exit.")
 	fs.Var(&o.Version, "version", "--version, --version=raw prints version information and quits.")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.BoolVar(&o.TakeOverKubeProxy, "take-over-kube-proxy", o.TakeOverKubeProxy, "After kproxy's first successful full sync, remove the rules left by upstream kube-proxy (Linux).")
