@@ -303,7 +303,16 @@ func testDropInSwap(t *testing.T, mode string) {
 		d.await(tg.from, "tcp", tg.addr, expectation{backends: []string{proxytest.PodA1, proxytest.PodB1}}, 20*time.Second)
 	}
 	upstreamState := func() string {
-		s := d.rulesOf(ctx, "KUBE-SERVICES")
+		// Any kube-proxy chain but KUBE-FIREWALL, which kubelet v1.37 creates
+		// too (same localnet rule) and which take-overs and upstream's own
+		// cleanup leave to it.
+		var kept []string
+		for _, l := range strings.Split(d.rulesOf(ctx, "KUBE-"), "\n") {
+			if strings.Contains(l, "KUBE-") && !strings.Contains(l, "KUBE-FIREWALL") {
+				kept = append(kept, l)
+			}
+		}
+		s := strings.Join(kept, "\n")
 		if tables := d.nftTables(ctx); strings.Contains(tables, "kube-proxy") {
 			s += "\nnftables: " + tables
 		}
@@ -353,4 +362,118 @@ func testDropInSwap(t *testing.T, mode string) {
 	if upstreamState() == "" {
 		t.Errorf("kube-proxy's rules are gone after the rollback")
 	}
+}
+
+// intentionalDifferences are the behaviour-table rows where kproxy
+// deliberately answers differently from upstream kube-proxy v1.37.2, with
+// the reason (docs/operations.md, "What is and is not compatible").
+var intentionalDifferences = map[string]string{}
+
+// TestDifferential runs the traffic rows of the shared behaviour table
+// (pkg/proxytest) against upstream kube-proxy v1.37.2 and against kproxy,
+// on the same topology and API server, one configuration at a time, with
+// the same arguments. kproxy must pass every row; kube-proxy must answer
+// every row the same way (pass it too) except the rows listed in
+// intentionalDifferences.
+func TestDifferential(t *testing.T) {
+	tb, err := proxytest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range tb.Configs() {
+		t.Run(cfg.String(), func(t *testing.T) {
+			d := newDropInEnv(t)
+			ctx := testCtx(t, 5*time.Minute)
+			_, svcs, slices := tb.Objects(cfg)
+			for _, s := range svcs {
+				if _, err := d.Writer.CreateService(ctx, s); err != nil {
+					if !hasClusterIP(s, "10.96.0.1") {
+						t.Fatal(err)
+					}
+					// The table's Service index 1 has the first ClusterIP,
+					// which kube-apiserver gives its own "kubernetes"
+					// Service: take it over (kube-apiserver then fails to
+					// recreate its Service, which only it uses).
+					if err := d.Admin.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := d.Writer.CreateService(ctx, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := d.Writer.ApplySlices(ctx, slices...); err != nil {
+				t.Fatal(err)
+			}
+			var rows []proxytest.Row
+			for _, r := range tb.RowsFor(cfg) {
+				if r.Skip(proxytest.Linux) == "" {
+					rows = append(rows, r)
+				}
+			}
+			run := func(binary, what string) map[string]error {
+				p := d.Proxy(binary, "", d.logDir)
+				p.Config = cfg
+				t.Cleanup(func() {
+					if p.Running() {
+						_ = p.Stop(5 * time.Second)
+					}
+				})
+				d.startProxy(p, what)
+				// Let every Service be programmed, not only the sentinel.
+				time.Sleep(2 * time.Second)
+				// Only this proxy's rules answer.
+				other := "KUBE-SERVICES"
+				if binary == d.kubeProxy {
+					other = "KPROXY-"
+				}
+				if left := d.rulesOf(ctx, other); left != "" {
+					t.Fatalf("%s runs with the other proxy's rules in node1:\n%s", what, left)
+				}
+				out := map[string]error{}
+				for _, res := range d.Cluster.RunRows(ctx, rows, netns.RowOptions{}) {
+					out[res.Row.Name] = res.Err
+				}
+				if t.Failed() {
+					t.Logf("%s output:\n%s", what, e2e.LastLines(e2e.WithoutDumps(p.Process().Output()), 40))
+				}
+				d.stopProxy(p, what)
+				return out
+			}
+			kx := run(kproxyBin, "kproxy")
+			// Start kube-proxy from a clean node, as on a new node.
+			if out, err := d.Cluster.Exec(ctx, proxytest.Node1, kproxyBin, "--cleanup", "--hostname-override", proxytest.Node1); err != nil {
+				t.Fatalf("kproxy --cleanup: %v\n%s", err, out)
+			}
+			kp := run(d.kubeProxy, "kube-proxy")
+			same, diff := 0, 0
+			for _, r := range rows {
+				kxErr, kpErr := kx[r.Name], kp[r.Name]
+				if kxErr != nil {
+					t.Errorf("%s: kproxy fails the row: %v", r.Name, kxErr)
+				}
+				switch {
+				case kpErr == nil:
+					same++
+				case intentionalDifferences[r.Name] != "":
+					diff++
+					t.Logf("%s: intentional difference (%s): kube-proxy: %v", r.Name, intentionalDifferences[r.Name], kpErr)
+				default:
+					diff++
+					t.Errorf("%s: kube-proxy v1.37.2 answers differently (not a documented difference): %v\n  semantic: %s", r.Name, kpErr, r.Case.Semantic)
+				}
+			}
+			t.Logf("%d rows: %d answered the same by kube-proxy and kproxy, %d differently", len(rows), same, diff)
+		})
+	}
+}
+
+// hasClusterIP reports whether svc has the ClusterIP ip.
+func hasClusterIP(svc *v1.Service, ip string) bool {
+	for _, c := range svc.Spec.ClusterIPs {
+		if c == ip {
+			return true
+		}
+	}
+	return false
 }
