@@ -29,6 +29,10 @@ func servedMetrics(t *testing.T) []metricRow {
 	for _, mode := range []string{string(config.ModeIPTables), string(config.ModeKernelspace)} {
 		m := metrics.New(metrics.Options{Mode: mode, Version: "doc", Pending: func() (int, int) { return 0, 0 }})
 		record(m)
+		if mode == string(config.ModeIPTables) {
+			// The iptables backend registers these (cmd/kproxy).
+			m.IPTablesPacketCounters(func() (metrics.PacketCounters, error) { return metrics.PacketCounters{}, nil })
+		}
 		fams, err := m.Gatherer().Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
 )
 
@@ -29,6 +31,7 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 	log := klog.FromContext(ctx)
 	tuneNode(log, o)
 	var backends app.Backends
+	flavours := map[v1.IPFamily]linux.Flavour{}
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
 		if err != nil {
@@ -54,8 +57,40 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 		}
 		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
+		flavours[fam] = sys.Flavour
 	}
+	env.Metrics.IPTablesPacketCounters(func() (metrics.PacketCounters, error) {
+		return readPacketCounters(ctx, flavours)
+	})
 	return backends, nil
+}
+
+// readPacketCounters reads, at a scrape, the counters of the rules behind
+// kubeproxy_iptables_ct_state_invalid_dropped_packets_total and
+// kubeproxy_iptables_localhost_nodeports_accepted_packets_total in each
+// family (two small filter chains per family).
+func readPacketCounters(ctx context.Context, flavours map[v1.IPFamily]linux.Flavour) (metrics.PacketCounters, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out := metrics.PacketCounters{InvalidDropped: map[string]uint64{}, LocalhostNodePortsAccepted: map[string]uint64{}}
+	var errs []error
+	for fam, fl := range flavours {
+		pc, err := linux.ReadPacketCounters(ctx, fam, fl)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if pc.FoundInvalidDropped {
+			out.InvalidDropped[string(fam)] = pc.InvalidDropped
+		}
+		if pc.FoundLocalhostNodePortsAccepted {
+			out.LocalhostNodePortsAccepted[string(fam)] = pc.LocalhostNodePortsAccepted
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		klog.FromContext(ctx).V(2).Info("Reading rule counters for the packet metrics failed; serving the last values", "err", err)
+	}
+	return out, nil
 }
 
 // cleanupIPTables is --cleanup: it removes everything kproxy owns, in both
