@@ -78,7 +78,7 @@ test-windows:
 	./platform/windows/wine/setup.sh
 	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
 
-# controlplane: etcd and kube-apiserver built from Go modules into
+# controlplane: etcd, kube-apiserver and kube-proxy built from Go modules into
 # .build/controlplane/<versions>/ (many minutes cold; seconds once cached).
 # The integration tests and bench-cluster run them; building them here
 # first keeps a cold build out of the tests' deadline.

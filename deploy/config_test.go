@@ -17,8 +17,11 @@ import (
 )
 
 const (
-	testNodeName = "node-a"
-	saDir        = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// sourceVIPEdit, followed by an address, asks startOptions to edit the
+	// config as start.ps1 does with a node's source VIP.
+	sourceVIPEdit = "edit:sourceVip="
+	testNodeName  = "node-a"
+	saDir         = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
 // TestProxyConfigFilesDecode loads every KubeProxyConfiguration under
@@ -49,7 +52,22 @@ func startOptions(t *testing.T, r *rendered, ds *appsv1.DaemonSet, extra ...stri
 		t.Fatalf("DaemonSet %s: %v", ds.Name, err)
 	}
 	file := filepath.Join(t.TempDir(), "config.conf")
-	if err := os.WriteFile(file, []byte(cm.Data[key]), 0o600); err != nil {
+	data := cm.Data[key]
+	var rest []string
+	for _, e := range extra {
+		if vip, ok := strings.CutPrefix(e, sourceVIPEdit); ok {
+			// What start.ps1 does: sourceVip added under winkernel.
+			edited := strings.Replace(data, "\nwinkernel:\n", "\nwinkernel:\n  sourceVip: \""+vip+"\"\n", 1)
+			if edited == data {
+				t.Fatalf("DaemonSet %s: the config has no top-level winkernel: line for start.ps1 to edit", ds.Name)
+			}
+			data = edited
+			continue
+		}
+		rest = append(rest, e)
+	}
+	extra = rest
+	if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range c.Env {
@@ -91,8 +109,9 @@ func TestDaemonSetStartsWithValidConfig(t *testing.T) {
 	}{
 		{linuxDaemonSet, config.ModeIPTables, nil},
 		{windowsDaemonSet, config.ModeKernelspace, nil},
-		// start.ps1 adds the node's source VIP when it has one.
-		{windowsDaemonSet, config.ModeKernelspace, []string{"--source-vip=10.244.1.2"}},
+		// start.ps1 adds the node's source VIP to the config when it has one
+		// (startOptions makes the same edit for this "extra").
+		{windowsDaemonSet, config.ModeKernelspace, []string{sourceVIPEdit + "10.244.1.2"}},
 	} {
 		t.Run(tc.ds+strings.Join(tc.extra, ""), func(t *testing.T) {
 			ds := r.daemonSet(t, tc.ds)

@@ -94,6 +94,8 @@ func TestLinuxImage(t *testing.T) {
 		// ... checked while building, so a base image without them fails.
 		`iptables-legacy|\$t-\$f\$s`,
 		`^COPY --from=\S+ \S+ ` + regexp.QuoteMeta(cmd[0]) + `$`,
+		// kube-proxy's path, for DaemonSets that only swap the image.
+		`^RUN ln -s kproxy /usr/local/bin/kube-proxy$`,
 	} {
 		if !d.has(re) {
 			t.Errorf("linux/Dockerfile's image stage has no line matching %s:\n%s", re, strings.Join(d.final, "\n"))
@@ -119,6 +121,10 @@ func TestWindowsImage(t *testing.T) {
 			`^COPY deploy/windows/start\.ps1 /kproxy/start\.ps1$`},
 		{"the image holds kproxy.exe where start.ps1 runs it",
 			`^COPY --from=\S+ /out/kproxy\.exe /kproxy/kproxy\.exe$`},
+		{"the image holds kube-proxy.exe where kube-proxy DaemonSets run it",
+			`^COPY --from=\S+ /out/kproxy\.exe /kube-proxy/kube-proxy\.exe$`},
+		{"the image holds kube-proxy.exe next to kproxy.exe",
+			`^COPY --from=\S+ /out/kproxy\.exe /kproxy/kube-proxy\.exe$`},
 		{"the base is the HostProcess base image",
 			`^FROM mcr\.microsoft\.com/oss/kubernetes/windows-host-process-containers-base-image:`},
 	} {

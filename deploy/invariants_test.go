@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kproxy/kproxy/pkg/config"
 )
 
 // Names the deployment is built around.
@@ -136,12 +138,38 @@ func commonInvariants(os string) []invariant {
 
 func linuxInvariants() []invariant {
 	return append(commonInvariants("linux"),
-		invariant{"privileged",
+		invariant{"least privilege: NET_ADMIN and NET_RAW only",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				sc := proxyContainer(ds).SecurityContext
-				return want(sc != nil && sc.Privileged != nil && *sc.Privileged, "not privileged")
+				if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil {
+					return fmt.Errorf("privileged or no capabilities: %+v", sc)
+				}
+				drop := fmt.Sprint(sc.Capabilities.Drop)
+				add := fmt.Sprint(sc.Capabilities.Add)
+				return want(drop == "[ALL]" && add == "[NET_ADMIN NET_RAW]", "capabilities drop %s add %s, want drop [ALL] add [NET_ADMIN NET_RAW]", drop, add)
 			},
-			func(ds *appsv1.DaemonSet) { *proxyContainer(ds).SecurityContext.Privileged = false }},
+			func(ds *appsv1.DaemonSet) {
+				sc := proxyContainer(ds).SecurityContext
+				sc.Capabilities.Add = append(sc.Capabilities.Add, "SYS_ADMIN")
+			}},
+		invariant{"a privileged init container runs --init-only with the same config",
+			func(_ *rendered, ds *appsv1.DaemonSet) error {
+				ics := ds.Spec.Template.Spec.InitContainers
+				if len(ics) != 1 {
+					return fmt.Errorf("%d init containers, want 1", len(ics))
+				}
+				ic := ics[0]
+				if sc := ic.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+					return fmt.Errorf("init container not privileged")
+				}
+				script := strings.Join(append(append([]string(nil), ic.Command...), ic.Args...), " ")
+				cfg, _ := flagValue(proxyContainer(ds), "config")
+				if !strings.Contains(script, "--init-only") || cfg == "" || !strings.Contains(script, "--config="+cfg) {
+					return fmt.Errorf("init container %q does not run kproxy --init-only --config=%s", script, cfg)
+				}
+				return want(ic.Image == proxyContainer(ds).Image, "init image %q differs from kproxy's", ic.Image)
+			},
+			func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.InitContainers = nil }},
 		invariant{"xtables lock shared with the host",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				return hostPathMount(ds, "/run/xtables.lock", v1.HostPathFileOrCreate, false)
@@ -179,11 +207,26 @@ func windowsInvariants() []invariant {
 				ds.Spec.Template.Spec.SecurityContext.WindowsOptions.RunAsUserName = &u
 			}},
 		invariant{"kernelspace mode",
-			func(_ *rendered, ds *appsv1.DaemonSet) error {
-				v, _ := flagValue(proxyContainer(ds), "proxy-mode")
-				return want(v == "kernelspace", "--proxy-mode=%q", v)
+			func(r *rendered, ds *appsv1.DaemonSet) error {
+				// With --config, --proxy-mode is ignored (as upstream): the
+				// file sets the mode, and a contradicting flag would mislead.
+				if v, ok := flagValue(proxyContainer(ds), "proxy-mode"); ok && v != "kernelspace" {
+					return fmt.Errorf("--proxy-mode=%q", v)
+				}
+				cm, key, err := configSource(r, ds)
+				if err != nil {
+					return err
+				}
+				c, err := config.Decode([]byte(cm.Data[key]))
+				if err != nil {
+					return err
+				}
+				return want(c.Mode == config.ModeKernelspace, "config mode %q", c.Mode)
 			},
-			func(ds *appsv1.DaemonSet) { setFlag(proxyContainer(ds), "proxy-mode", "iptables") }},
+			func(ds *appsv1.DaemonSet) {
+				c := proxyContainer(ds)
+				c.Args = append(c.Args, "--proxy-mode=iptables")
+			}},
 		invariant{"no hard-coded HNS network: the ConfigMap's winkernel.networkName, else the node's only usable network",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				for _, e := range proxyContainer(ds).Env {
@@ -254,6 +297,11 @@ func TestCleanupDaemonSets(t *testing.T) {
 		}
 		switch os {
 		case "linux":
+			// It runs next to the kube-proxy being rolled back to: it must
+			// not remove kube-proxy's state.
+			if v, ok := flagValue(c, "take-over-kube-proxy"); !ok || v != "false" {
+				t.Errorf("%s: --take-over-kube-proxy=%q (set %v), want false", ds.Name, v, ok)
+			}
 			if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 				t.Errorf("%s: not privileged", ds.Name)
 			}

@@ -270,6 +270,12 @@ func probeValue(t *testing.T, f *pflag.Flag) string {
 		return "192.0.2.0/24"
 	case "string":
 		return "probe-value"
+	case "mapStringBool":
+		return "ProbeGate=true"
+	case "quantity":
+		return "1Ki"
+	case "version":
+		return "false"
 	}
 	if f.Name == "vmodule" {
 		return "probe=1"
@@ -320,7 +326,10 @@ func configTable(t *testing.T, fields []string, flagFields, notes map[string]str
 	}
 	byField := map[string]string{}
 	for fl, f := range flagFields {
-		byField[f] = fl
+		// Several flags may set one field (logging.options): name the first.
+		if cur, ok := byField[f]; !ok || fl < cur {
+			byField[f] = fl
+		}
 	}
 	var b strings.Builder
 	b.WriteString("| field | flag | kproxy default | what kproxy does with it |\n|---|---|---|---|\n")

@@ -35,6 +35,7 @@ func iptablesConfig(o *config.Options, family v1.IPFamily) rules.Config {
 		c.NodePortAddresses = cidrs
 	}
 	c.LocalhostNodePorts = family == v1.IPv4Protocol && o.LocalhostNodePorts() && np.IncludesIPv4Loopback()
+	c.TCPBeLiberal = o.Conntrack().TCPBeLiberal
 	return c
 }
 

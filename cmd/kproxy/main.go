@@ -19,10 +19,13 @@ import (
 	"github.com/kproxy/kproxy/pkg/version"
 )
 
+// The command behaves the same whatever its name: images install it as
+// both kproxy and kube-proxy (kube-proxy.exe), so that an existing
+// kube-proxy DaemonSet can run it unchanged.
 func main() {
 	tuneGC(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	klog.Flush()
 	os.Exit(code)
@@ -36,31 +39,66 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "explain" {
 		return runExplain(ctx, args[1:], stdout, stderr)
 	}
+	o, code, done := parseArgs(args, stdout, stderr)
+	if done {
+		return code
+	}
+	return runOptions(ctx, o, stdout, stderr)
+}
+
+// parseArgs parses and completes the options. done is set when the command
+// must exit with code (help, version, a flag or configuration error).
+func parseArgs(args []string, stdout, stderr io.Writer) (o *config.Options, code int, done bool) {
 	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := config.NewOptions()
+	o = config.NewOptions()
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return 0
+			return nil, 0, true
 		}
-		return 2
+		_, _ = fmt.Fprintf(stderr, "kproxy: %v\nRun 'kproxy --help' (or 'kube-proxy --help') for usage.\n", err)
+		return nil, 2, true
 	}
-	if o.Version {
+	if fs.NArg() > 0 {
+		_, _ = fmt.Fprintf(stderr, "kproxy: takes no arguments, got %q\nRun 'kproxy --help' for usage.\n", fs.Args())
+		return nil, 2, true
+	}
+	switch o.Version {
+	case "raw":
+		_, _ = fmt.Fprintf(stdout, "%#v\n", version.Raw())
+		return nil, 0, true
+	case "true":
 		_, _ = fmt.Fprintln(stdout, version.String())
-		return 0
+		return nil, 0, true
 	}
 	if err := o.Complete(fs); err != nil {
 		_, _ = fmt.Fprintf(stderr, "kproxy: %v\n", err)
-		return 1
+		return nil, 1, true
 	}
 	if err := o.Validate(); err != nil {
 		_, _ = fmt.Fprintf(stderr, "kproxy: %v\n", err)
-		return 1
+		return nil, 1, true
 	}
+	return o, 0, false
+}
+
+// runOptions runs kproxy with completed, valid options.
+func runOptions(ctx context.Context, o *config.Options, stdout, stderr io.Writer) int {
 	logger := klog.Background()
 	for _, w := range o.Warnings() {
 		logger.Info("Warning: configuration", "problem", w)
+	}
+	if d := o.Config.Logging.FlushFrequency.Duration.Duration; d > 0 {
+		klog.StartFlushDaemon(d)
+	}
+	if o.WriteConfigTo != "" {
+		if err := config.WriteFile(o.WriteConfigTo, o.Config); err != nil {
+			_, _ = fmt.Fprintf(stderr, "kproxy: %v\n", err)
+			return 1
+		}
+		logger.Info("Wrote configuration", "file", o.WriteConfigTo)
+		return 0
 	}
 	ctx = klog.NewContext(ctx, logger)
 	if err := app.Run(ctx, o, modes(), stdout); err != nil {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
 )
 
@@ -18,6 +20,7 @@ func addPlatformModes(m app.Modes) {
 	mode := m[string(config.ModeIPTables)]
 	mode.NewBackend = newIPTablesBackend
 	mode.Cleanup = cleanupIPTables
+	mode.Init = initNode
 	m[string(config.ModeIPTables)] = mode
 }
 
@@ -28,6 +31,7 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 	log := klog.FromContext(ctx)
 	tuneNode(log, o)
 	var backends app.Backends
+	flavours := map[v1.IPFamily]linux.Flavour{}
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
 		if err != nil {
@@ -57,12 +61,59 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 		}
 		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
+		flavours[fam] = sys.Flavour
 	}
+	env.Metrics.IPTablesPacketCounters(func() (metrics.PacketCounters, error) {
+		return readPacketCounters(ctx, flavours)
+	})
 	return backends, nil
 }
 
-// cleanupIPTables removes everything kproxy owns, in both families.
+// readPacketCounters reads, at a scrape, the counters of the rules behind
+// kubeproxy_iptables_ct_state_invalid_dropped_packets_total and
+// kubeproxy_iptables_localhost_nodeports_accepted_packets_total in each
+// family (two small filter chains per family).
+func readPacketCounters(ctx context.Context, flavours map[v1.IPFamily]linux.Flavour) (metrics.PacketCounters, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out := metrics.PacketCounters{InvalidDropped: map[string]uint64{}, LocalhostNodePortsAccepted: map[string]uint64{}}
+	var errs []error
+	for fam, fl := range flavours {
+		pc, err := linux.ReadPacketCounters(ctx, fam, fl)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if pc.FoundInvalidDropped {
+			out.InvalidDropped[string(fam)] = pc.InvalidDropped
+		}
+		if pc.FoundLocalhostNodePortsAccepted {
+			out.LocalhostNodePortsAccepted[string(fam)] = pc.LocalhostNodePortsAccepted
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		klog.FromContext(ctx).V(2).Info("Reading rule counters for the packet metrics failed; serving the last values", "err", err)
+	}
+	return out, nil
+}
+
+// cleanupIPTables is --cleanup: it removes everything kproxy owns, in both
+// families, then, as upstream kube-proxy's --cleanup does, kube-proxy's
+// state of every mode (cleanupUpstream) — unless --take-over-kube-proxy=false,
+// which keeps kube-proxy's state (the rollback DaemonSet runs it that way,
+// next to a running kube-proxy).
 func cleanupIPTables(ctx context.Context, o *config.Options) error {
+	errs := []error{cleanupOwn(ctx, o)}
+	if o.TakeOverKubeProxy {
+		errs = append(errs, cleanupUpstream(ctx))
+	} else {
+		klog.FromContext(ctx).Info("Cleanup: kube-proxy's state left in place (--take-over-kube-proxy=false)")
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupOwn removes everything kproxy owns, in both families.
+func cleanupOwn(ctx context.Context, o *config.Options) error {
 	var errs []error
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
@@ -85,6 +136,58 @@ func cleanupIPTables(ctx context.Context, o *config.Options) error {
 	return errors.Join(errs...)
 }
 
+// cleanupUpstream removes what upstream kube-proxy leaves on a node, in
+// every mode, as its own --cleanup does: the iptables chains of its iptables
+// and ipvs modes (both families, both iptables flavours), its nftables
+// tables "ip kube-proxy" and "ip6 kube-proxy", and for the ipvs mode its
+// KUBE-* ipsets (skipped, and said, when the ipset tool is missing) and its
+// dummy interface kube-ipvs0. IPVS virtual servers are not removed.
+func cleanupUpstream(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	var errs []error
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		for _, fl := range []linux.Flavour{linux.FlavourLegacy, linux.FlavourNFT} {
+			ipt, err := linux.NewSystemIptables(fam, fl)
+			if err != nil {
+				log.V(2).Info("Cleanup: no iptables tools of this flavour", "family", fam, "flavour", fl, "err", err)
+				continue
+			}
+			removed, err := linux.CleanupUpstreamIptables(ctx, ipt)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("kube-proxy's %s iptables chains (%s): %w", fam, fl, err))
+			} else if len(removed) > 0 {
+				log.Info("Cleanup: removed kube-proxy's iptables chains", "family", fam, "flavour", fl, "chains", removed)
+			}
+		}
+		sys, err := linux.NewSystem(fam, linux.FlavourAuto)
+		if err != nil {
+			continue
+		}
+		deleted, err := linux.CleanupUpstreamNFTables(ctx, sys.NFTables, fam)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kube-proxy's %s nftables table: %w", fam, err))
+		} else if deleted {
+			log.Info("Cleanup: deleted kube-proxy's nftables table", "family", fam)
+		}
+	}
+	sets, err := linux.CleanupUpstreamIPSets(ctx, linux.SystemIPSets())
+	switch {
+	case errors.Is(err, linux.ErrNoIPSetTool):
+		log.Info("Cleanup: ipset is not installed; kube-proxy's ipvs-mode ipsets, if any, were not looked for")
+	case err != nil:
+		errs = append(errs, fmt.Errorf("kube-proxy's ipsets: %w", err))
+	}
+	if len(sets) > 0 {
+		log.Info("Cleanup: destroyed kube-proxy's ipsets", "sets", sets)
+	}
+	if deleted, err := linux.DeleteUpstreamIPVSInterface(); err != nil {
+		errs = append(errs, err)
+	} else if deleted {
+		log.Info("Cleanup: deleted kube-proxy's interface", "interface", linux.UpstreamIPVSInterface)
+	}
+	return errors.Join(errs...)
+}
+
 func dryRunHost() linux.Host {
 	if sys, err := linux.NewSystem(v1.IPv4Protocol, linux.FlavourAuto); err == nil {
 		return sys.Host
@@ -100,18 +203,50 @@ func tuneNode(log klog.Logger, o *config.Options) {
 	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
 		log.Info("Warning: could not set the OOM score adjustment", "err", err)
 	}
+	s := conntrackSettings(o)
+	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+		log.Info("Warning: some conntrack settings were not applied", "err", err)
+	} else if len(s.Sysctls()) > 0 {
+		log.V(2).Info("Conntrack settings applied", "sysctls", s.Sysctls())
+	}
+}
+
+// initNode is --init-only: what needs full privileges (the OOM score and
+// the conntrack sysctls), failing on any error, as upstream. A kproxy
+// started afterwards with only NET_ADMIN and NET_RAW finds the sysctls
+// already at their values and writes nothing.
+func initNode(ctx context.Context, o *config.Options) error {
+	var errs []error
+	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
+		errs = append(errs, err)
+	}
+	s := conntrackSettings(o)
+	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+		errs = append(errs, err)
+	}
+	// The backend enables route_localnet for IPv4 localhost NodePorts; set
+	// it here so that an unprivileged kproxy finds it set (see
+	// iptablesConfig for the condition).
+	if o.LocalhostNodePorts() && o.NodePortAddresses().IncludesIPv4Loopback() {
+		if err := linux.ProcHost().SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("--init-only: %w", err)
+	}
+	klog.FromContext(ctx).Info("Initialization done", "sysctls", s.Sysctls())
+	return nil
+}
+
+func conntrackSettings(o *config.Options) linux.ConntrackSettings {
 	ct := o.Conntrack()
-	s := linux.ConntrackSettings{
+	return linux.ConntrackSettings{
 		Max:                   ct.Max(runtime.NumCPU()),
 		TCPEstablishedTimeout: ct.TCPEstablishedTimeout,
 		TCPCloseWaitTimeout:   ct.TCPCloseWaitTimeout,
 		TCPBeLiberal:          ct.TCPBeLiberal,
 		UDPTimeout:            ct.UDPTimeout,
 		UDPStreamTimeout:      ct.UDPStreamTimeout,
-	}
-	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
-		log.Info("Warning: some conntrack settings were not applied", "err", err)
-	} else if len(s.Sysctls()) > 0 {
-		log.V(2).Info("Conntrack settings applied", "sysctls", s.Sysctls())
 	}
 }

@@ -1,6 +1,8 @@
 # Runs kproxy.exe in kproxy's HostProcess container (windows/daemonset.yaml)
-# with the arguments this script was given, plus --source-vip when one is
-# given to the node:
+# with the arguments this script was given; when this node has a source VIP,
+# it is written into a copy of the --config file (winkernel.sourceVip), since
+# with --config kproxy ignores --source-vip, as upstream kube-proxy does.
+# The source VIP is:
 #   - the SOURCE_VIP environment variable, if set;
 #   - else the file named by SOURCE_VIP_FILE, if set and it exists: a
 #     host-local IPAM result, CNI 0.2.0 ({"ip4": {"ip": "10.244.1.2/24"}}) or
@@ -82,7 +84,16 @@ if (-not $vip -and $env:SOURCE_VIP_FILE -and (Test-Path -LiteralPath $env:SOURCE
 }
 if ($vip) {
     Write-Output "kproxy source VIP: $vip"
-    $kproxyArgs += "--source-vip=$vip"
+    $i = [array]::FindIndex([string[]]$kproxyArgs, [Predicate[string]]{ param($a) $a -like '--config=*' })
+    if ($i -lt 0) {
+        $kproxyArgs += "--source-vip=$vip"
+    } else {
+        $src = $kproxyArgs[$i].Substring('--config='.Length)
+        $dst = Join-Path $env:CONTAINER_SANDBOX_MOUNT_POINT 'kproxy/config-with-source-vip.conf'
+        $text = (Get-Content -Raw -LiteralPath $src) -replace '(?m)^winkernel:[ \t]*$', "winkernel:`n  sourceVip: `"$vip`""
+        Set-Content -LiteralPath $dst -Value $text -NoNewline
+        $kproxyArgs[$i] = "--config=$dst"
+    }
 }
 
 & $kproxy @kproxyArgs

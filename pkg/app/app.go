@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -78,6 +77,9 @@ type Mode struct {
 	// Cleanup removes everything this mode programmed. nil when the mode
 	// cannot run on this OS.
 	Cleanup func(ctx context.Context, o *config.Options) error
+	// Init does what needs full privileges (--init-only). nil when the mode
+	// needs nothing of the kind.
+	Init func(ctx context.Context, o *config.Options) error
 	// ClassifyError names the cause of a backend's sync error when the
 	// platform recognises it ("" otherwise); see metrics.Classify. May be nil.
 	ClassifyError func(error) metrics.Cause
@@ -97,8 +99,12 @@ type Deps struct {
 	// (default net.Listen).
 	Listen func(network, address string) (net.Listener, error)
 	// HealthCheckIPs are the addresses health check node ports listen on
-	// (default: every address).
+	// (default: chosen from nodePortAddresses as upstream does, see
+	// healthCheckIPs).
 	HealthCheckIPs []netip.Addr
+	// InterfaceAddrs lists the node's local addresses, for nodePortAddresses
+	// CIDRs (default net.InterfaceAddrs).
+	InterfaceAddrs func() ([]netip.Addr, error)
 	// Client replaces the API server client built from the configuration.
 	Client kubernetes.Interface
 	// Events replaces the recorder built on the API server client; it is
@@ -135,6 +141,13 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 			return fmt.Errorf("--cleanup: proxy mode %q cannot run on this OS", name)
 		}
 		return mode.Cleanup(ctx, o)
+	}
+	if o.InitOnly {
+		if mode.Init == nil {
+			logger.Info("--init-only: nothing to initialize in this proxy mode", "mode", name)
+			return nil
+		}
+		return mode.Init(ctx, o)
 	}
 	if d.Stdout == nil {
 		d.Stdout = io.Discard
@@ -173,20 +186,35 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	srcErr := make(chan error, 1)
 	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: uids}) }()
 
-	if err := waitSynced(ctx, c, srcErr); err != nil {
-		return err
-	}
 	if o.DryRun {
+		if err := waitSynced(ctx, c, srcErr, nil); err != nil {
+			return err
+		}
 		snap, _ := c.Snapshot()
 		return dryRun(o, mode, snap, d.Stdout)
+	}
+	if mode.NewBackend == nil {
+		return fmt.Errorf("proxy mode %q cannot run on this OS (it works here only with --dry-run)", name)
+	}
+
+	// Like upstream, the health and metrics ports open at start, before the
+	// initial lists and the first sync: /livez answers 200 (no family has
+	// synced yet, so none is late) and /healthz 503 until the Node is seen.
+	m := metrics.New(metrics.Options{Mode: name, Version: buildVersion(), Pending: c.Pending, FrontendConflicts: c.FrontendConflicts, Clock: d.Clock})
+	health := healthcheck.NewProxyHealth(2*o.SyncPeriod(), d.Clock)
+	if addr, ok := o.MetricsBindAddress(); ok {
+		srv.start(ctx, "metrics", addr.String(), metricsMux(o, m))
+	}
+	if addr, ok := o.HealthzBindAddress(); ok {
+		srv.start(ctx, "healthz", addr.String(), health.Handler(m.Served))
+	}
+	if err := waitSynced(ctx, c, srcErr, srv.fatal); err != nil {
+		return err
 	}
 	if o.Manifests == "" {
 		if err := waitNode(ctx, logger, c.Node, o.NodeName, o.Config.DetectLocalMode == config.LocalModeNodeCIDR, clock.RealClock{}, nodeWait); err != nil {
 			return err
 		}
-	}
-	if mode.NewBackend == nil {
-		return fmt.Errorf("proxy mode %q cannot run on this OS (it works here only with --dry-run)", name)
 	}
 
 	recorder := d.Events
@@ -198,7 +226,6 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 	rep := newReporter(logger, recorder, o.NodeName, uids)
 	warn.Store(rep)
-	m := metrics.New(metrics.Options{Mode: name, Version: buildVersion(), Pending: c.Pending, FrontendConflicts: c.FrontendConflicts, Clock: d.Clock})
 	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Warn: rep.warn, Metrics: m})
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", name, err)
@@ -209,24 +236,30 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	fams := backends.Families()
 	m.Families(fams...)
 
-	health := healthcheck.NewProxyHealth(2*o.SyncPeriod(), d.Clock)
 	hc := healthcheck.NewServiceServers(healthcheck.ServiceOptions{IPs: d.HealthCheckIPs, Listen: d.Listen,
 		Healthy: health.Healthy, Report: rep.healthCheckFailed, Logger: &logger})
 	defer hc.Close()
-	if addr, ok := o.MetricsBindAddress(); ok {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		if o.Config.EnableProfiling {
-			installProfiling(mux)
-		}
-		srv.start(ctx, "metrics", addr.String(), mux)
-	}
-	if addr, ok := o.HealthzBindAddress(); ok {
-		srv.start(ctx, "healthz", addr.String(), health.Handler(m.Served))
-	}
 
 	s := &syncer{cache: c, backends: backends, log: logger, clock: d.Clock, metrics: m, health: health, services: hc,
-		reporter: rep, classify: func(err error) metrics.Cause { return metrics.Classify(err, mode.ClassifyError) }, afterSync: d.AfterSync, started: started}
+		reporter: rep, classify: func(err error) metrics.Cause { return metrics.Classify(err, mode.ClassifyError) }, afterSync: d.AfterSync, started: started,
+		bind: o.BindAddress()}
+	if d.HealthCheckIPs == nil {
+		if d.InterfaceAddrs == nil {
+			d.InterfaceAddrs = interfaceAddrs
+		}
+		np := o.NodePortAddresses()
+		s.listenIPs = func(node proxy.Node) []netip.Addr {
+			local, err := d.InterfaceAddrs()
+			if err != nil {
+				// As upstream: without the local addresses, listen on all.
+				logger.Error(err, "Cannot list the node's addresses; health check node ports listen on every address")
+				np = config.NodePortAddresses{}
+			}
+			ips := healthCheckIPs(np, fams, node, local)
+			logger.V(2).Info("Health check node ports listen on", "addresses", ips, "nodePortAddresses", o.Config.NodePortAddresses)
+			return ips
+		}
+	}
 	r := runner.New(s.run, runner.Options{
 		MinInterval:  o.MinSyncPeriod(),
 		MaxInterval:  o.SyncPeriod(),
@@ -235,6 +268,15 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "families", fams,
 		"minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
 	rep.starting()
+	if msg := o.ModeWarning(); msg != "" {
+		rep.nodeWarning("ProxyModeNotImplemented", msg)
+	}
+	var configChanged <-chan error
+	if o.ConfigFile != "" {
+		if configChanged, err = watchConfigFile(ctx, o.ConfigFile, configWatchInterval); err != nil {
+			return err
+		}
+	}
 	q.start(r.Trigger, fams, health, m)
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
@@ -250,15 +292,22 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		cancel()
 		<-done
 		return err
+	case err := <-configChanged:
+		cancel()
+		<-done
+		return err
 	case <-ctx.Done():
 		<-done
 		return nil
 	}
 }
 
-// waitSynced waits for the initial lists, or for the source to fail.
-func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error) error {
+// waitSynced waits for the initial lists, or for the source or (with
+// --bind-address-hard-fail) a server to fail.
+func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal <-chan error) error {
 	select {
+	case err := <-fatal:
+		return err
 	case <-c.Synced():
 		return nil
 	case err := <-srcErr:

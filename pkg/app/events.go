@@ -69,6 +69,16 @@ func (r *reporter) starting() {
 	r.recorder.Eventf(ref, nil, v1.EventTypeNormal, "Starting", actionStart, "Starting kproxy.")
 }
 
+// nodeWarning records a Warning Event on this node's Node (the log line is
+// the caller's).
+func (r *reporter) nodeWarning(reason, message string) {
+	if r.recorder == nil {
+		return
+	}
+	ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.nodeName, UID: types.UID(r.nodeName)}
+	r.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, actionStart, "%s", message)
+}
+
 // warn reports, once per Service and reason, something the platform cannot
 // do for the Service: a warning log line and a Warning Event on the Service.
 // It is Env.Warn.

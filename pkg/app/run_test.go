@@ -306,3 +306,31 @@ func TestProfiling(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsServerURLs: the metrics server answers upstream kube-proxy's
+// URLs besides /metrics: /healthz, /proxyMode (read by sig-network's e2e
+// tests), /configz and /flagz.
+func TestMetricsServerURLs(t *testing.T) {
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
+	h := start(t, dir, run{tweak: func(o *config.Options, _ *Deps) { o.Config.Mode = config.ModeNFTables }})
+	h.waitSync("first sync", succeeded)
+	h.waitServers("metrics")
+	base := "http://" + h.servers["metrics"]
+	for _, tc := range []struct{ path, want string }{
+		{"/healthz", "ok"},
+		// kproxy runs its iptables backend for mode nftables: that is the mode
+		// whose rules the node has.
+		{"/proxyMode", "iptables"},
+		{"/configz", `{"kubeproxy.config.k8s.io":{"kind":"KubeProxyConfiguration","apiVersion":"kubeproxy.config.k8s.io/v1alpha1"`},
+		{"/flagz", "kproxy flags"},
+	} {
+		got := fetch(t, base+tc.path)
+		if got.code != http.StatusOK || !strings.HasPrefix(string(got.body), tc.want) {
+			t.Errorf("%s: %d %.200q, want 200 starting with %q", tc.path, got.code, got.body, tc.want)
+		}
+	}
+	got := fetch(t, base+"/configz")
+	if !strings.Contains(string(got.body), `"mode":"nftables"`) {
+		t.Errorf("/configz does not show the configured mode: %.300s", got.body)
+	}
+}

@@ -29,7 +29,7 @@ func Snapshot(ctx context.Context, o *config.Options) (*proxy.Snapshot, error) {
 	}
 	srcErr := make(chan error, 1)
 	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: newServiceUIDs()}) }()
-	if err := waitSynced(ctx, c, srcErr); err != nil {
+	if err := waitSynced(ctx, c, srcErr, nil); err != nil {
 		return nil, err
 	}
 	snap, _ := c.Snapshot()

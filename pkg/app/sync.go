@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -38,6 +39,12 @@ type syncer struct {
 	started time.Time
 	// acked is the last snapshot every backend programmed.
 	acked *proxy.Snapshot
+	// bind is bindAddress: when specific, this node's primary IP of its
+	// family (withBindAddress).
+	bind netip.Addr
+	// listenIPs, when set, computes the health check node ports' addresses
+	// once, before the first ones open (they may depend on the Node).
+	listenIPs func(node proxy.Node) []netip.Addr
 }
 
 // maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
@@ -57,9 +64,10 @@ func (s *syncer) run(ctx context.Context, full bool) error {
 }
 
 func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
-	snap, ch := s.cache.Snapshot()
+	cached, ch := s.cache.Snapshot()
 	ch.Full = ch.Full || full
-	s.health.SetNodeDeleting(snap.Node.Deleting)
+	s.health.SetNode(cached.Node.Known, cached.Node.Deleting)
+	snap := withBindAddress(cached, s.bind)
 
 	start := s.clock.Now()
 	var errs []error
@@ -86,13 +94,17 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		s.health.Updated(b.Family)
 	}
 	if len(errs) > 0 {
-		return snap, fmt.Errorf("sync of generation %d (full=%v): %w", snap.Generation, ch.Full, errors.Join(errs...))
+		return cached, fmt.Errorf("sync of generation %d (full=%v): %w", snap.Generation, ch.Full, errors.Join(errs...))
 	}
-	s.cache.Ack(snap)
-	s.acked = snap
+	s.cache.Ack(cached)
+	s.acked = cached
 	s.metrics.ChangesProgrammed(ch.ServiceEvents, ch.EndpointEvents)
 	for _, f := range s.backends.Families() {
 		s.metrics.Programmed(f, triggersSince(ch.TriggerTimes[f], s.started))
+	}
+	if s.listenIPs != nil {
+		s.services.SetIPs(s.listenIPs(snap.Node))
+		s.listenIPs = nil
 	}
 	s.services.Update(healthcheck.ServicesFromSnapshot(snap))
 	s.reporter.forget()
@@ -102,7 +114,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	if v := s.log.V(2); v.Enabled() {
 		logChanges(s.log, snap, ch)
 	}
-	return snap, nil
+	return cached, nil
 }
 
 // ReasonQuarantined is the reason of the warnings about service ports a

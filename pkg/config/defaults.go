@@ -22,6 +22,13 @@ const (
 	ModeIPTables v1alpha1.ProxyMode = "iptables"
 	// ModeKernelspace programs Windows HNS load balancers.
 	ModeKernelspace v1alpha1.ProxyMode = "kernelspace"
+	// ModeIPVS is upstream's ipvs mode: accepted on Linux, where kproxy runs
+	// its iptables backend instead (warned).
+	ModeIPVS v1alpha1.ProxyMode = "ipvs"
+	// ModeNFTables is upstream's nftables mode: accepted on Linux, where
+	// kproxy runs its iptables backend until its nftables backend exists
+	// (warned).
+	ModeNFTables v1alpha1.ProxyMode = "nftables"
 )
 
 // The ways to tell traffic from local pods (detectLocalMode).
@@ -117,6 +124,17 @@ func setDefaults(c *v1alpha1.KubeProxyConfiguration, goos string) {
 	}
 	setDuration(&c.IPTables.SyncPeriod, DefaultSyncPeriod)
 	setDuration(&c.IPTables.MinSyncPeriod, DefaultMinSyncPeriod)
+	// As upstream: ipvs.minSyncPeriod has no default (0).
+	setDuration(&c.IPVS.SyncPeriod, DefaultSyncPeriod)
+	setDuration(&c.NFTables.SyncPeriod, DefaultSyncPeriod)
+	setDuration(&c.NFTables.MinSyncPeriod, DefaultMinSyncPeriod)
+	if c.NFTables.MasqueradeBit == nil {
+		c.NFTables.MasqueradeBit = ptr(int32(DefaultMasqueradeBit))
+	}
+	if c.Mode == ModeNFTables && len(c.NodePortAddresses) == 0 {
+		// Upstream's default in nftables mode.
+		c.NodePortAddresses = []string{NodePortAddressesPrimary}
+	}
 	setDuration(&c.ConfigSyncPeriod, DefaultConfigSyncPeriod)
 
 	if c.Conntrack.MaxPerCore == nil {

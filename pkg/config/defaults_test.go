@@ -25,6 +25,10 @@ func linuxDefaults() *v1alpha1.KubeProxyConfiguration {
 	c.IPTables.LocalhostNodePorts = ptr(true)
 	c.IPTables.SyncPeriod.Duration = 30 * time.Second
 	c.IPTables.MinSyncPeriod.Duration = time.Second
+	c.IPVS.SyncPeriod.Duration = 30 * time.Second
+	c.NFTables.SyncPeriod.Duration = 30 * time.Second
+	c.NFTables.MinSyncPeriod.Duration = time.Second
+	c.NFTables.MasqueradeBit = ptr(int32(14))
 	c.Conntrack.MaxPerCore = ptr(int32(32768))
 	c.Conntrack.Min = ptr(int32(131072))
 	c.Conntrack.TCPEstablishedTimeout = &metav1.Duration{Duration: 24 * time.Hour}

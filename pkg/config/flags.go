@@ -2,11 +2,15 @@ package config
 
 import (
 	goflag "flag"
+	"fmt"
+	"maps"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -21,6 +25,8 @@ type kpc = v1alpha1.KubeProxyConfiguration
 // are those Complete applies when neither a flag nor the file sets a field.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	d := o.defaults()
+
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
 
 	str := func(name, field, def, usage string, set func(c *kpc, v string)) {
 		p := fs.String(name, def, usage)
@@ -40,13 +46,24 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	}
 
 	// kproxy's own and command-level flags.
-	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON), read strictly. Flags given explicitly override its values.")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON). As upstream kube-proxy: read strictly, then leniently with a warning per unknown field; when it is given, the flags that set configuration fields are ignored (warned), except --hostname-override and the logging flags. kproxy exits when the file changes, so that its DaemonSet restarts it.")
+	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "If set, write the effective configuration (defaults, then --config or the flags) to this file and exit.")
+	fs.BoolVar(&o.InitOnly, "init-only", o.InitOnly, "Perform the initialization steps that need full root privileges (OOM score, conntrack sysctls on Linux), then exit. kproxy can then run with only the NET_ADMIN and NET_RAW capabilities.")
+	fs.BoolVar(&o.WindowsService, "windows-service", o.WindowsService, "Run as a Windows service, integrated with the Service Control Manager (Windows only; ignored elsewhere).")
+	fs.BoolVar(&o.ProfilingAllowRemote, "profiling-allow-remote", o.ProfilingAllowRemote, "Allow --profiling (enableProfiling) when the metrics server listens on a non-loopback address; without it such a configuration is refused, since profiles expose internals to the network (kproxy's own).")
+	fs.Var(cliflag.NewMapStringBool(&o.flagFeatureGates), "feature-gates", "A set of key=value pairs of feature gates. Accepted for compatibility with kube-proxy and ignored (warned): kproxy has no feature gates. Ignored if a config file is specified by --config.")
+	o.bind("feature-gates", "featureGates", func(c *kpc) { c.FeatureGates = maps.Clone(o.flagFeatureGates) })
+	fs.Int32Var(&o.healthzPort, "healthz-port", DefaultHealthzPort, "The port to bind the health check server. Use 0 to disable.")
+	_ = fs.MarkDeprecated("healthz-port", "This flag is deprecated and will be removed in a future release. Please use --healthz-bind-address instead.")
+	fs.Int32Var(&o.metricsPort, "metrics-port", DefaultMetricsPort, "The port to bind the metrics server. Use 0 to disable.")
+	_ = fs.MarkDeprecated("metrics-port", "This flag is deprecated and will be removed in a future release. Please use --metrics-bind-address instead.")
 	fs.StringVar(&o.Master, "master", o.Master, "Address of the Kubernetes API server; overrides the server in the kubeconfig.")
 	fs.StringVar(&o.Manifests, "manifests", o.Manifests, "Serve the Service, EndpointSlice and Node manifests (*.yaml, *.yml, *.json) in this directory instead of watching an API server; changes are picked up while running. Only regular files (or symbolic links to them) of at most 32 MiB are read; anything else with a manifest name (a named pipe, a device, a socket, a larger file) is reported once in the log and skipped.")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Print what the chosen proxy mode would program, then exit without changing the node.")
 	fs.StringVar(&o.DryRunOutput, "dry-run-output", o.DryRunOutput, "What --dry-run prints: 'rules' (the exact iptables-restore input or HNS objects of the proxy mode) or 'state' (the node-local desired state as YAML: each service port with its cluster and local endpoints).")
-	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Remove everything kproxy programmed on this node, then exit.")
-	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Remove everything kproxy programmed on this node and, as kube-proxy's --cleanup, kube-proxy's state of every mode (Linux: iptables chains, nftables tables, ipsets, kube-ipvs0; kept with --take-over-kube-proxy=false), then exit.")
+	fs.Var(&o.Version, "version", "--version, --version=raw prints version information and quits.")
+	fs.Lookup("version").NoOptDefVal = "true"
 	fs.BoolVar(&o.TakeOverKubeProxy, "take-over-kube-proxy", o.TakeOverKubeProxy, "After kproxy's first successful full sync, remove the rules left by upstream kube-proxy (Linux).")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "Longest time between two syncs that rewrite everything kproxy owns; syncs in between rewrite only what changed.")
 
@@ -63,14 +80,17 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v time.Duration) { c.ConfigSyncPeriod = metav1.Duration{Duration: v} })
 
 	// Node identity and servers.
-	str("hostname-override", "hostnameOverride", "", "Name of this node's Node object. Default: the OS hostname, lowercased.",
+	str("hostname-override", "hostnameOverride", "", "Name of this node's Node object. Default: the OS hostname, lowercased. Also applies when --config is given.",
 		func(c *kpc, v string) { c.HostnameOverride = strings.ToLower(strings.TrimSpace(v)) })
+	o.bindings[len(o.bindings)-1].withConfig = true
+	str("show-hidden-metrics-for-version", "showHiddenMetricsForVersion", d.ShowHiddenMetricsForVersion, "The previous version for which to show hidden metrics. Accepted for compatibility and ignored (warned): kproxy hides no metrics.",
+		func(c *kpc, v string) { c.ShowHiddenMetricsForVersion = v })
 	str("bind-address", "bindAddress", d.BindAddress, "This node's primary IP address, overriding the one from the Node object; 0.0.0.0 or :: only select the primary IP family. No socket is bound to it.",
 		func(c *kpc, v string) { c.BindAddress = v })
 	str("healthz-bind-address", "healthzBindAddress", d.HealthzBindAddress, "IP:port for the health check server (port 10256 when only an IP is given). Empty disables it.",
-		func(c *kpc, v string) { c.HealthzBindAddress = appendPortIfNeeded(v, DefaultHealthzPort) })
+		func(c *kpc, v string) { c.HealthzBindAddress = v })
 	str("metrics-bind-address", "metricsBindAddress", d.MetricsBindAddress, "IP:port for the metrics server (port 10249 when only an IP is given; 0.0.0.0:10249 or [::]:10249 for all interfaces). Empty disables it.",
-		func(c *kpc, v string) { c.MetricsBindAddress = appendPortIfNeeded(v, DefaultMetricsPort) })
+		func(c *kpc, v string) { c.MetricsBindAddress = v })
 	boolean("profiling", "enableProfiling", d.EnableProfiling, "Serve Go's profiles on /debug/pprof/ of the metrics server (off by default: they expose internals).",
 		func(c *kpc, v bool) { c.EnableProfiling = v })
 	boolean("bind-address-hard-fail", "bindAddressHardFail", d.BindAddressHardFail, "Exit when the health check or metrics server cannot bind its port.",
@@ -79,22 +99,48 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v int32) { c.OOMScoreAdj = &v })
 
 	// Proxying.
-	str("proxy-mode", "mode", string(d.Mode), "Proxy mode: 'iptables' (Linux) or 'kernelspace' (Windows HNS); the default depends on the OS. Either one works anywhere with --dry-run.",
+	str("proxy-mode", "mode", string(d.Mode), "Proxy mode: 'iptables' (Linux) or 'kernelspace' (Windows HNS); the default depends on the OS. Either one works anywhere with --dry-run. 'ipvs' and 'nftables' are accepted on Linux and run the iptables backend, with a warning.",
 		func(c *kpc, v string) { c.Mode = v1alpha1.ProxyMode(v) })
 	str("cluster-cidr", "clusterCIDR", d.ClusterCIDR, "The pods' IP range, or a comma-separated IPv4,IPv6 pair for dual-stack clusters. With --detect-local-mode=ClusterCIDR, traffic from it counts as local.",
 		func(c *kpc, v string) { c.ClusterCIDR = v })
 	nodePorts := fs.StringSlice("nodeport-addresses", d.NodePortAddresses, "CIDRs of the node addresses that accept NodePort connections, or 'primary' for the node's primary IPs (from its Node object). Default: every local address.")
 	o.bind("nodeport-addresses", "nodePortAddresses", func(c *kpc) { c.NodePortAddresses = trimAll(*nodePorts) })
 	boolean("masquerade-all", "iptables.masqueradeAll", d.IPTables.MasqueradeAll, "SNAT all traffic sent to Service cluster IPs (some network plugins need it).",
-		func(c *kpc, v bool) { c.IPTables.MasqueradeAll = v })
+		func(c *kpc, v bool) {
+			if c.Mode == ModeNFTables {
+				c.NFTables.MasqueradeAll = v
+				return
+			}
+			c.IPTables.MasqueradeAll = v
+		})
 	i32("iptables-masquerade-bit", "iptables.masqueradeBit", *d.IPTables.MasqueradeBit, "Bit of the packet mark that flags packets to SNAT, in [0, 31].",
 		func(c *kpc, v int32) { c.IPTables.MasqueradeBit = &v })
 	boolean("iptables-localhost-nodeports", "iptables.localhostNodePorts", *d.IPTables.LocalhostNodePorts, "Accept NodePort connections to 127.0.0.1 (IPv4 only, iptables mode).",
 		func(c *kpc, v bool) { c.IPTables.LocalhostNodePorts = &v })
-	dur("iptables-sync-period", "iptables.syncPeriod", d.IPTables.SyncPeriod.Duration, "Longest time between two syncs of the proxy rules. Must be greater than 0.",
-		func(c *kpc, v time.Duration) { c.IPTables.SyncPeriod = metav1.Duration{Duration: v} })
-	dur("iptables-min-sync-period", "iptables.minSyncPeriod", d.IPTables.MinSyncPeriod.Duration, "Shortest time between two syncs of the proxy rules; 0 syncs on every change.",
-		func(c *kpc, v time.Duration) { c.IPTables.MinSyncPeriod = metav1.Duration{Duration: v} })
+	dur("iptables-sync-period", "iptables.syncPeriod", d.IPTables.SyncPeriod.Duration, "Longest time between two syncs of the proxy rules. Must be greater than 0. Ignored in ipvs mode (see --ipvs-sync-period).",
+		func(c *kpc, v time.Duration) { setSyncPeriod(c, false, false, v) })
+	dur("iptables-min-sync-period", "iptables.minSyncPeriod", d.IPTables.MinSyncPeriod.Duration, "Shortest time between two syncs of the proxy rules; 0 syncs on every change. Ignored in ipvs mode (see --ipvs-min-sync-period).",
+		func(c *kpc, v time.Duration) { setSyncPeriod(c, false, true, v) })
+
+	// IPVS: kproxy runs its iptables backend for mode ipvs; these periods
+	// apply then, as upstream; the scheduler is kept for a later
+	// load-balancing choice and the rest is accepted and warned about.
+	dur("ipvs-sync-period", "ipvs.syncPeriod", d.IPVS.SyncPeriod.Duration, "In ipvs mode: longest time between two syncs of the proxy rules. Must be greater than 0.",
+		func(c *kpc, v time.Duration) { setSyncPeriod(c, true, false, v) })
+	dur("ipvs-min-sync-period", "ipvs.minSyncPeriod", d.IPVS.MinSyncPeriod.Duration, "In ipvs mode: shortest time between two syncs of the proxy rules; 0 syncs on every change.",
+		func(c *kpc, v time.Duration) { setSyncPeriod(c, true, true, v) })
+	str("ipvs-scheduler", "ipvs.scheduler", d.IPVS.Scheduler, "The ipvs scheduler (rr, sh, lc, ...) when the proxy mode is ipvs. Kept in the configuration; kproxy load-balances randomly for now (warned).",
+		func(c *kpc, v string) { c.IPVS.Scheduler = v })
+	ipvsExclude := fs.StringSlice("ipvs-exclude-cidrs", d.IPVS.ExcludeCIDRs, "CIDRs the ipvs proxier should not touch when cleaning up IPVS rules. Accepted for compatibility and ignored (warned).")
+	o.bind("ipvs-exclude-cidrs", "ipvs.excludeCIDRs", func(c *kpc) { c.IPVS.ExcludeCIDRs = trimAll(*ipvsExclude) })
+	boolean("ipvs-strict-arp", "ipvs.strictARP", d.IPVS.StrictARP, "Set arp_ignore to 1 and arp_announce to 2 (ipvs mode). Accepted for compatibility and ignored (warned).",
+		func(c *kpc, v bool) { c.IPVS.StrictARP = v })
+	dur("ipvs-tcp-timeout", "ipvs.tcpTimeout", d.IPVS.TCPTimeout.Duration, "Idle timeout of IPVS TCP connections. Accepted for compatibility and ignored (warned).",
+		func(c *kpc, v time.Duration) { c.IPVS.TCPTimeout = metav1.Duration{Duration: v} })
+	dur("ipvs-tcpfin-timeout", "ipvs.tcpFinTimeout", d.IPVS.TCPFinTimeout.Duration, "Timeout of IPVS TCP connections after a FIN. Accepted for compatibility and ignored (warned).",
+		func(c *kpc, v time.Duration) { c.IPVS.TCPFinTimeout = metav1.Duration{Duration: v} })
+	dur("ipvs-udp-timeout", "ipvs.udpTimeout", d.IPVS.UDPTimeout.Duration, "Timeout of IPVS UDP packets. Accepted for compatibility and ignored (warned).",
+		func(c *kpc, v time.Duration) { c.IPVS.UDPTimeout = metav1.Duration{Duration: v} })
 	str("detect-local-mode", "detectLocalMode", string(d.DetectLocalMode), "How traffic from local pods is recognised: ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix.",
 		func(c *kpc, v string) { c.DetectLocalMode = v1alpha1.LocalMode(v) })
 	str("pod-bridge-interface", "detectLocal.bridgeInterface", d.DetectLocal.BridgeInterface, "With --detect-local-mode=BridgeInterface: traffic arriving from this bridge is local.",
@@ -131,8 +177,76 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v bool) { c.Winkernel.ForwardHealthCheckVip = v })
 
 	addKlogFlags(fs)
+	addLoggingFlags(fs, &o.flagLogging)
 }
 
+// setSyncPeriod applies --iptables-(min-)sync-period (ipvs false) or
+// --ipvs-(min-)sync-period (ipvs true) as upstream: each only in its modes,
+// the iptables flags also setting nftables mode's periods.
+func setSyncPeriod(c *kpc, ipvs, minimum bool, v time.Duration) {
+	d := metav1.Duration{Duration: v}
+	switch {
+	case ipvs != (c.Mode == ModeIPVS):
+		return
+	case ipvs && minimum:
+		c.IPVS.MinSyncPeriod = d
+	case ipvs:
+		c.IPVS.SyncPeriod = d
+	case c.Mode == ModeNFTables && minimum:
+		c.NFTables.MinSyncPeriod = d
+	case c.Mode == ModeNFTables:
+		c.NFTables.SyncPeriod = d
+	case minimum:
+		c.IPTables.MinSyncPeriod = d
+	default:
+		c.IPTables.SyncPeriod = d
+	}
+}
+
+// loggingFlagNames are the logging flags besides -v and --vmodule, as
+// component-base registers them for upstream kube-proxy.
+var loggingFlagNames = []string{"logging-format", "log-flush-frequency", "log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"}
+
+// loggingFlagSet returns component-base's logging flags bound to l (the
+// JSON ones are added by hand: kproxy does not link the JSON format, and
+// component-base registers them only when it is linked).
+func loggingFlagSet(l *logsapi.LoggingConfiguration) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("logging", pflag.ContinueOnError)
+	logsapi.AddFlags(l, fs)
+	if fs.Lookup("log-json-split-stream") == nil {
+		fs.BoolVar(&l.Options.JSON.SplitStream, "log-json-split-stream", false, "[Alpha] In JSON format, write error messages to stderr and info messages to stdout. Accepted for compatibility; kproxy logs in text format.")
+		fs.Var(&l.Options.JSON.InfoBufferSize, "log-json-info-buffer-size", "[Alpha] In JSON format with split output streams, the info messages can be buffered. Accepted for compatibility; kproxy logs in text format.")
+	}
+	return fs
+}
+
+// addLoggingFlags adds upstream's logging flags other than -v and
+// --vmodule (klog's own, added by addKlogFlags) to fs, bound to l.
+func addLoggingFlags(fs *pflag.FlagSet, l *logsapi.LoggingConfiguration) {
+	lfs := loggingFlagSet(l)
+	for _, name := range loggingFlagNames {
+		if f := lfs.Lookup(name); f != nil && fs.Lookup(name) == nil {
+			fs.AddFlag(f)
+		}
+	}
+}
+
+// copyLoggingFlags copies the logging flags given on the command line into
+// l (they win over the config file, as upstream).
+func copyLoggingFlags(fs *pflag.FlagSet, l *logsapi.LoggingConfiguration, setBy map[string]string) error {
+	lfs := loggingFlagSet(l)
+	for _, name := range loggingFlagNames {
+		f := fs.Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if err := lfs.Set(name, f.Value.String()); err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+		setBy["logging"] = name
+	}
+	return nil
+}
 func (o *Options) bind(flag, field string, apply func(c *kpc)) {
 	o.bindings = append(o.bindings, binding{flag: flag, field: field, apply: apply})
 }

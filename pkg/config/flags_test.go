@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ var precedenceRows = []struct {
 	{"iptables-min-sync-period", []string{"--iptables-min-sync-period=0"}, func(o *Options) any { return o.MinSyncPeriod() }, time.Duration(0)},
 	{"detect-local-mode", []string{"--detect-local-mode=NodeCIDR"}, func(o *Options) any { return o.DetectLocal().Mode }, LocalModeNodeCIDR},
 	{"pod-bridge-interface", []string{"--pod-bridge-interface=cbr0"}, func(o *Options) any { return o.Config.DetectLocal.BridgeInterface }, "cbr0"},
-	{"pod-interface-name-prefix", []string{"--pod-interface-name-prefix=cali"}, func(o *Options) any { return o.DetectLocal().InterfaceNamePrefix }, "cali"},
+	{"pod-interface-name-prefix", []string{"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=cali"}, func(o *Options) any { return o.DetectLocal().InterfaceNamePrefix }, "cali"},
 	{"conntrack-max-per-core", []string{"--conntrack-max-per-core=10"}, func(o *Options) any { return o.Conntrack().MaxPerCore }, int32(10)},
 	{"conntrack-min", []string{"--conntrack-min=0"}, func(o *Options) any { return o.Conntrack().Min }, int32(0)},
 	{"conntrack-tcp-timeout-established", []string{"--conntrack-tcp-timeout-established=0"}, func(o *Options) any { return o.Conntrack().TCPEstablishedTimeout }, time.Duration(0)},
@@ -57,14 +58,25 @@ var precedenceRows = []struct {
 	{"network-name", []string{"--network-name=l2bridge"}, func(o *Options) any { return o.Winkernel().NetworkName }, "l2bridge"},
 	{"source-vip", []string{"--source-vip=10.0.0.9"}, func(o *Options) any { return o.Winkernel().SourceVIP }, netip.MustParseAddr("10.0.0.9")},
 	{"enable-dsr", []string{"--enable-dsr=false"}, func(o *Options) any { return o.Winkernel().EnableDSR }, false},
+	{"feature-gates", []string{"--feature-gates=A=true,B=false"}, func(o *Options) any { return o.Config.FeatureGates }, map[string]bool{"A": true, "B": false}},
+	{"show-hidden-metrics-for-version", []string{"--show-hidden-metrics-for-version=1.36"}, func(o *Options) any { return o.Config.ShowHiddenMetricsForVersion }, "1.36"},
+	{"ipvs-sync-period", []string{"--proxy-mode=ipvs", "--ipvs-sync-period=3m"}, func(o *Options) any { return o.SyncPeriod() }, 3 * time.Minute},
+	{"ipvs-min-sync-period", []string{"--proxy-mode=ipvs", "--ipvs-min-sync-period=2s"}, func(o *Options) any { return o.MinSyncPeriod() }, 2 * time.Second},
+	{"ipvs-scheduler", []string{"--proxy-mode=ipvs", "--ipvs-scheduler=sh"}, func(o *Options) any { return o.IPVSScheduler() }, "sh"},
+	{"ipvs-exclude-cidrs", []string{"--ipvs-exclude-cidrs=10.9.0.0/16"}, func(o *Options) any { return o.Config.IPVS.ExcludeCIDRs }, []string{"10.9.0.0/16"}},
+	{"ipvs-strict-arp", []string{"--ipvs-strict-arp"}, func(o *Options) any { return o.Config.IPVS.StrictARP }, true},
+	{"ipvs-tcp-timeout", []string{"--ipvs-tcp-timeout=5s"}, func(o *Options) any { return o.Config.IPVS.TCPTimeout.Duration }, 5 * time.Second},
+	{"ipvs-tcpfin-timeout", []string{"--ipvs-tcpfin-timeout=6s"}, func(o *Options) any { return o.Config.IPVS.TCPFinTimeout.Duration }, 6 * time.Second},
+	{"ipvs-udp-timeout", []string{"--ipvs-udp-timeout=7s"}, func(o *Options) any { return o.Config.IPVS.UDPTimeout.Duration }, 7 * time.Second},
 	{"root-hnsendpoint-name", []string{"--root-hnsendpoint-name=cbr9"}, func(o *Options) any { return o.Winkernel().RootHNSEndpointName }, "cbr9"},
 	{"forward-healthcheck-vip", []string{"--forward-healthcheck-vip=false"}, func(o *Options) any { return o.Winkernel().ForwardHealthCheckVIP }, false},
 }
 
-// TestFlagsOverrideFile checks, for every flag that sets a configuration
-// field, that the file's value holds without the flag and the flag's value
-// wins when it is given.
-func TestFlagsOverrideFile(t *testing.T) {
+// TestConfigFileIgnoresFlags checks upstream kube-proxy's precedence for
+// every flag that sets a configuration field: without --config the flag
+// sets it; with --config the file's value holds, the flag is ignored and
+// warned about, except --hostname-override, which still wins.
+func TestConfigFileIgnoresFlags(t *testing.T) {
 	for _, row := range precedenceRows {
 		t.Run(row.flag, func(t *testing.T) {
 			resetKlogFlags(t)
@@ -72,18 +84,39 @@ func TestFlagsOverrideFile(t *testing.T) {
 			if _, err := parse(t, fileOnly, "--config", fullFile); err != nil {
 				t.Fatal(err)
 			}
-			if got := row.get(fileOnly); reflect.DeepEqual(got, row.want) {
-				t.Fatalf("without the flag the value is already %v: the row cannot fail", got)
+			fromFile := row.get(fileOnly)
+			if reflect.DeepEqual(fromFile, row.want) {
+				t.Fatalf("without the flag the value is already %v: the row cannot fail", fromFile)
 			}
-			withFlag := testOptions("linux", nil)
-			if _, err := parse(t, withFlag, append([]string{"--config", fullFile}, row.args...)...); err != nil {
+
+			flagsOnly := testOptions("linux", nil)
+			if _, err := parse(t, flagsOnly, row.args...); err != nil {
 				t.Fatal(err)
 			}
-			if got := row.get(withFlag); !reflect.DeepEqual(got, row.want) {
-				t.Errorf("with %v: got %#v, want %#v", row.args, got, row.want)
+			if got := row.get(flagsOnly); !reflect.DeepEqual(got, row.want) {
+				t.Errorf("without --config, %v: got %#v, want %#v", row.args, got, row.want)
 			}
-			if withFlag.setBy[bindingFor(t, withFlag, row.flag).field] != row.flag {
+			if flagsOnly.setBy[bindingFor(t, flagsOnly, row.flag).field] != row.flag {
 				t.Errorf("setBy does not record --%s", row.flag)
+			}
+
+			withFile := testOptions("linux", nil)
+			if _, err := parse(t, withFile, append([]string{"--config", fullFile}, row.args...)...); err != nil {
+				t.Fatal(err)
+			}
+			got := row.get(withFile)
+			warned := strings.Contains(strings.Join(withFile.Warnings(), "\n"), "--"+row.flag+" is ignored because --config is given")
+			if row.flag == "hostname-override" {
+				if !reflect.DeepEqual(got, row.want) || warned {
+					t.Errorf("with --config, %v: got %#v (warned %v), want %#v, not warned", row.args, got, warned, row.want)
+				}
+				return
+			}
+			if !reflect.DeepEqual(got, fromFile) {
+				t.Errorf("with --config, %v: got %#v, want the file's %#v", row.args, got, fromFile)
+			}
+			if !warned {
+				t.Errorf("with --config, %v: no warning that --%s is ignored; warnings: %q", row.args, row.flag, withFile.Warnings())
 			}
 		})
 	}
@@ -151,9 +184,9 @@ func TestFlagsWithoutConfigFile(t *testing.T) {
 		{"nodeport addresses are trimmed", "linux", []string{"--nodeport-addresses= 10.0.0.0/8 , fd00::/64"}, func(o *Options) any { return o.Config.NodePortAddresses }, []string{"10.0.0.0/8", "fd00::/64"}},
 		{"kproxy's own flags", "linux", []string{"--manifests=/m", "--dry-run", "--dry-run-output=state", "--cleanup", "--version", "--take-over-kube-proxy=false", "--full-sync-period=2h", "--master=https://api:6443"},
 			func(o *Options) any {
-				return []any{o.Manifests, o.DryRun, o.DryRunOutput, o.Cleanup, o.Version, o.TakeOverKubeProxy, o.FullSyncPeriod, o.ClientConnection().Master}
+				return []any{o.Manifests, o.DryRun, o.DryRunOutput, o.Cleanup, string(o.Version), o.TakeOverKubeProxy, o.FullSyncPeriod, o.ClientConnection().Master}
 			},
-			[]any{"/m", true, "state", true, true, false, 2 * time.Hour, "https://api:6443"}},
+			[]any{"/m", true, "state", true, "true", false, 2 * time.Hour, "https://api:6443"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := testOptions(tc.goos, nil)
@@ -268,10 +301,27 @@ func TestLoggingFlagsAndFile(t *testing.T) {
 
 func TestCompleteReportsFileErrors(t *testing.T) {
 	o := testOptions("linux", nil)
-	_, err := parse(t, o, "--config", "testdata/bad/unknown-field.yaml", "--proxy-mode=iptables")
+	_, err := parse(t, o, "--config", "testdata/bad/wrong-type.yaml")
 	var de *DecodeError
-	if !errors.As(err, &de) || !strings.Contains(err.Error(), `testdata/bad/unknown-field.yaml:4: unknown field "iptables.masqueradeBits"`) {
-		t.Errorf("Complete error = %v, want the decode error naming file, line and field", err)
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "testdata/bad/wrong-type.yaml:") {
+		t.Errorf("Complete error = %v, want the decode error naming file and line", err)
+	}
+}
+
+// TestCompleteUnknownFieldIsAWarning: as upstream, a file whose only
+// problems are unknown fields is decoded leniently, with one warning per
+// field naming file, line and field.
+func TestCompleteUnknownFieldIsAWarning(t *testing.T) {
+	o := testOptions("linux", nil)
+	if _, err := parse(t, o, "--config", "testdata/bad/unknown-field.yaml"); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	want := `config file testdata/bad/unknown-field.yaml (line 4): unknown field "iptables.masqueradeBits": ignored, as upstream kube-proxy's lenient decoding does`
+	if w := o.Warnings(); !slices.Contains(w, want) {
+		t.Errorf("Warnings = %q, want one %q", w, want)
 	}
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/netip"
 	"strings"
 	"time"
@@ -12,20 +13,72 @@ import (
 // The typed accessors below read o.Config. Call them after Validate: on an
 // invalid configuration they skip entries that do not parse and never panic.
 
-// ProxyMode returns the proxy mode: ModeIPTables or ModeKernelspace.
+// ProxyMode returns the proxy mode kproxy runs: ModeIPTables or
+// ModeKernelspace. The modes kproxy has no backend for (ModeIPVS,
+// ModeNFTables) run ModeIPTables; RequestedMode says what was asked.
 func (o *Options) ProxyMode() v1alpha1.ProxyMode {
+	switch m := o.RequestedMode(); m {
+	case ModeIPVS, ModeNFTables:
+		return ModeIPTables
+	default:
+		return m
+	}
+}
+
+// RequestedMode is the configured mode (the OS's default when unset).
+func (o *Options) RequestedMode() v1alpha1.ProxyMode {
 	if o.Config.Mode == "" {
 		return defaultMode(o.goos)
 	}
 	return o.Config.Mode
 }
 
-// SyncPeriod is the longest time between two syncs (iptables.syncPeriod; it
-// applies to kernelspace mode too, as upstream).
-func (o *Options) SyncPeriod() time.Duration { return o.Config.IPTables.SyncPeriod.Duration }
+// SyncPeriod is the longest time between two syncs: the requested mode's
+// (ipvs.syncPeriod in ipvs mode, nftables.syncPeriod in nftables mode,
+// iptables.syncPeriod otherwise, kernelspace included), as upstream.
+func (o *Options) SyncPeriod() time.Duration { return o.syncPeriods().SyncPeriod.Duration }
 
-// MinSyncPeriod is the shortest time between two syncs (iptables.minSyncPeriod).
-func (o *Options) MinSyncPeriod() time.Duration { return o.Config.IPTables.MinSyncPeriod.Duration }
+// MinSyncPeriod is the shortest time between two syncs, chosen as SyncPeriod.
+func (o *Options) MinSyncPeriod() time.Duration { return o.syncPeriods().MinSyncPeriod.Duration }
+
+// IPVSScheduler is ipvs.scheduler in ipvs mode ("" otherwise): rr, sh, lc
+// or another IPVS scheduler name, kept for a later load-balancing choice.
+func (o *Options) IPVSScheduler() string {
+	if o.RequestedMode() != ModeIPVS {
+		return ""
+	}
+	return strings.TrimSpace(o.Config.IPVS.Scheduler)
+}
+
+type periods struct{ SyncPeriod, MinSyncPeriod metav1.Duration }
+
+func (o *Options) syncPeriods() periods {
+	return modePeriods(o.Config)
+}
+
+// modePeriods returns the sync periods of c's mode.
+func modePeriods(c *v1alpha1.KubeProxyConfiguration) periods {
+	switch c.Mode {
+	case ModeIPVS:
+		return periods{c.IPVS.SyncPeriod, c.IPVS.MinSyncPeriod}
+	case ModeNFTables:
+		return periods{c.NFTables.SyncPeriod, c.NFTables.MinSyncPeriod}
+	default:
+		return periods{c.IPTables.SyncPeriod, c.IPTables.MinSyncPeriod}
+	}
+}
+
+// modeSection is the configuration section holding c's mode's sync periods.
+func modeSection(c *v1alpha1.KubeProxyConfiguration) string {
+	switch c.Mode {
+	case ModeIPVS:
+		return "ipvs"
+	case ModeNFTables:
+		return "nftables"
+	default:
+		return "iptables"
+	}
+}
 
 // ConfigSyncPeriod is the informers' resync period.
 func (o *Options) ConfigSyncPeriod() time.Duration { return o.Config.ConfigSyncPeriod.Duration }
@@ -129,7 +182,13 @@ func (o *Options) MasqueradeMark() uint32 {
 }
 
 // MasqueradeAll reports whether all traffic to ClusterIPs is SNATed.
-func (o *Options) MasqueradeAll() bool { return o.Config.IPTables.MasqueradeAll }
+// In nftables mode it is nftables.masqueradeAll, as upstream.
+func (o *Options) MasqueradeAll() bool {
+	if o.Config.Mode == ModeNFTables {
+		return o.Config.NFTables.MasqueradeAll
+	}
+	return o.Config.IPTables.MasqueradeAll
+}
 
 // LocalhostNodePorts reports whether IPv4 NodePorts are served on localhost
 // (iptables mode; see also NodePortAddresses.IncludesIPv4Loopback).

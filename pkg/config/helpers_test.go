@@ -186,7 +186,7 @@ func TestWarnings(t *testing.T) {
 			"featureGates are ignored: kproxy has no feature gates (A, B)",
 			"portRange is ignored: it only applied to the removed userspace proxy",
 			"showHiddenMetricsForVersion is ignored: kproxy hides no metrics",
-			"windowsRunAsService is ignored: run kproxy as a HostProcess container",
+			"windowsRunAsService in the config file is ignored, as upstream: use the --windows-service flag",
 			`logging.format "json" is ignored: kproxy logs in klog's text format`,
 		}},
 		{"no cluster CIDR for ClusterCIDR detection", func(*kpc) {}, []string{

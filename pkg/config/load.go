@@ -27,6 +27,11 @@ type Problem struct {
 	Field string
 	// Message says what is wrong; it names the field.
 	Message string
+	// Lenient is set for the problems upstream kube-proxy only warns about
+	// (it retries a failed strict decode leniently): an unknown or removed
+	// field, a duplicate field. LoadLenient accepts a file whose problems
+	// are all Lenient.
+	Lenient bool
 }
 
 // DecodeError lists every problem found in a configuration file.
@@ -77,6 +82,54 @@ func Load(path string) (*v1alpha1.KubeProxyConfiguration, error) {
 	return c, nil
 }
 
+// LoadLenient reads a KubeProxyConfiguration as upstream kube-proxy does:
+// strictly first and, when the only problems are unknown (or removed) and
+// duplicate fields, again leniently, returning those problems as warnings
+// (one per field). Any other problem is an error, as with Load.
+func LoadLenient(path string) (*v1alpha1.KubeProxyConfiguration, []Problem, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading kube-proxy configuration: %w", err)
+	}
+	c, warnings, err := DecodeLenient(data)
+	if err != nil {
+		var de *DecodeError
+		if errors.As(err, &de) {
+			de.File = path
+		}
+		return nil, nil, err
+	}
+	return c, warnings, nil
+}
+
+// DecodeLenient is LoadLenient on data.
+func DecodeLenient(data []byte) (*v1alpha1.KubeProxyConfiguration, []Problem, error) {
+	c, err := Decode(data)
+	if err == nil {
+		return c, nil, nil
+	}
+	var de *DecodeError
+	if !errors.As(err, &de) {
+		return nil, nil, err
+	}
+	for _, p := range de.Problems {
+		if !p.Lenient {
+			return nil, nil, err
+		}
+	}
+	// Every problem is an unknown or duplicate field: decode again without
+	// those checks (a duplicate key keeps its last value, as upstream).
+	js, yerr := yaml.YAMLToJSON(data)
+	if yerr != nil {
+		return nil, nil, err
+	}
+	c = &v1alpha1.KubeProxyConfiguration{}
+	if uerr := sigsjson.UnmarshalCaseSensitivePreserveInts(js, c); uerr != nil || c.APIVersion != kubeProxyConfigAPIVersion || c.Kind != kubeProxyConfigKind {
+		return nil, nil, err
+	}
+	return c, de.Problems, nil
+}
+
 // Decode parses a KubeProxyConfiguration from YAML or JSON, strictly (see Load).
 func Decode(data []byte) (*v1alpha1.KubeProxyConfiguration, error) {
 	fail := func(ps ...Problem) (*v1alpha1.KubeProxyConfiguration, error) {
@@ -94,7 +147,14 @@ func Decode(data []byte) (*v1alpha1.KubeProxyConfiguration, error) {
 	// rejects duplicate keys.
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return fail(yamlProblems(err)...)
+		ps := yamlProblems(err)
+		if _, lerr := yaml.YAMLToJSON(data); lerr == nil {
+			// Only the strict conversion failed: duplicate keys.
+			for i := range ps {
+				ps[i].Lenient = true
+			}
+		}
+		return fail(ps...)
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
@@ -119,7 +179,7 @@ func Decode(data []byte) (*v1alpha1.KubeProxyConfiguration, error) {
 	c := &v1alpha1.KubeProxyConfiguration{}
 	strict, err := sigsjson.UnmarshalStrict(js, c)
 	for _, s := range strict {
-		p := Problem{Message: s.Error()}
+		p := Problem{Message: s.Error(), Lenient: true}
 		var fe sigsjson.FieldError
 		if errors.As(s, &fe) {
 			p.Field = fe.FieldPath()

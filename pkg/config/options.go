@@ -15,9 +15,12 @@
 // configuration strings. They never panic: on an unvalidated configuration
 // they skip what does not parse.
 //
-// Precedence, highest first: flags given explicitly on the command line, the
-// --config file, defaults. Unlike upstream kube-proxy, flags are not ignored
-// when --config is given.
+// Precedence is upstream kube-proxy's: without --config, the flags given
+// explicitly, then defaults; with --config, the file, then defaults, and of
+// the flags that set configuration fields only --hostname-override and the
+// logging flags (-v, --vmodule, --logging-format, ...) apply: the others are
+// ignored, and Warnings names each one given. Command-level flags (--master,
+// --cleanup, --init-only, --write-config-to, kproxy's own) always apply.
 //
 // The package does no logging; Warnings returns what the caller should log.
 package config
@@ -61,8 +64,21 @@ type Options struct {
 	DryRunOutput string
 	// Cleanup is --cleanup: remove everything kproxy programmed and exit.
 	Cleanup bool
-	// Version is --version: print the version and exit.
-	Version bool
+	// Version is --version: print the version ("true") or the detailed
+	// version ("raw") and exit.
+	Version VersionFlag
+	// WriteConfigTo is --write-config-to: write the effective configuration
+	// to this file and exit.
+	WriteConfigTo string
+	// InitOnly is --init-only: do what needs full privileges, then exit.
+	InitOnly bool
+	// WindowsService is --windows-service: run under the Windows Service
+	// Control Manager. As upstream, only the flag counts (the file's
+	// windowsRunAsService is read too late to matter and is warned about).
+	WindowsService bool
+	// ProfilingAllowRemote is --profiling-allow-remote: allow
+	// enableProfiling with a non-loopback metrics address (kproxy's own).
+	ProfilingAllowRemote bool
 	// TakeOverKubeProxy is --take-over-kube-proxy: after kproxy's first
 	// successful full sync, remove upstream kube-proxy's rules (Linux).
 	TakeOverKubeProxy bool
@@ -74,6 +90,18 @@ type Options struct {
 	bindings []binding
 	// setBy maps config field paths to the flag that set them explicitly.
 	setBy map[string]string
+	// ignoredFlags are the flags given with --config that it makes ignored.
+	ignoredFlags []string
+	// fileWarnings are the file's problems tolerated by lenient decoding.
+	fileWarnings []Problem
+	// flagz lists every flag with its value, for /flagz.
+	flagz []string
+
+	// Flag-only values, applied in Complete.
+	flagFeatureGates map[string]bool
+	flagLogging      logsapi.LoggingConfiguration
+	healthzPort      int32
+	metricsPort      int32
 
 	// Seams for tests.
 	goos     string
@@ -86,7 +114,10 @@ type binding struct {
 	flag string
 	// field is the JSON path of the field in KubeProxyConfiguration.
 	field string
-	apply func(c *v1alpha1.KubeProxyConfiguration)
+	// withConfig is set for the flag that applies even with --config
+	// (--hostname-override, as upstream).
+	withConfig bool
+	apply      func(c *v1alpha1.KubeProxyConfiguration)
 }
 
 // NewOptions returns options holding the defaults for this platform.
@@ -95,6 +126,8 @@ func NewOptions() *Options {
 		TakeOverKubeProxy: DefaultTakeOverKubeProxy,
 		DryRunOutput:      DryRunRules,
 		FullSyncPeriod:    DefaultFullSyncPeriod,
+		healthzPort:       DefaultHealthzPort,
+		metricsPort:       DefaultMetricsPort,
 		goos:              runtime.GOOS,
 		hostname:          os.Hostname,
 		getenv:            os.Getenv,
@@ -109,9 +142,11 @@ func (o *Options) defaults() *v1alpha1.KubeProxyConfiguration {
 	return c
 }
 
-// Complete builds Config after fs was parsed: it loads --config strictly,
-// applies the flags the user set explicitly (fs.Changed), fills defaults,
-// carries the log verbosity between the file and -v, and determines NodeName.
+// Complete builds Config after fs was parsed, with upstream kube-proxy's
+// precedence (see the package documentation): it loads --config (strictly,
+// then leniently with warnings), applies the flags that count, fills
+// defaults, carries the logging settings between the file and the flags,
+// and determines NodeName.
 //
 // Explicit flags are applied both before and after defaulting: before, so
 // that defaults derived from them follow them (the healthz address family
@@ -120,21 +155,29 @@ func (o *Options) defaults() *v1alpha1.KubeProxyConfiguration {
 // --iptables-min-sync-period=0) is kept rather than defaulted.
 func (o *Options) Complete(fs *pflag.FlagSet) error {
 	c := &v1alpha1.KubeProxyConfiguration{}
+	o.fileWarnings, o.ignoredFlags = nil, nil
 	if o.ConfigFile != "" {
-		loaded, err := Load(o.ConfigFile)
+		loaded, warnings, err := LoadLenient(o.ConfigFile)
 		if err != nil {
 			return err
 		}
-		c = loaded
+		c, o.fileWarnings = loaded, warnings
 	}
 
+	o.flagz = nil
+	fs.VisitAll(func(f *pflag.Flag) { o.flagz = append(o.flagz, fmt.Sprintf("%s=%s", f.Name, f.Value.String())) })
 	o.setBy = map[string]string{}
 	var explicit []binding
 	for _, b := range o.bindings {
-		if fs.Changed(b.flag) {
-			explicit = append(explicit, b)
-			o.setBy[b.field] = b.flag
+		if !fs.Changed(b.flag) {
+			continue
 		}
+		if o.ConfigFile != "" && !b.withConfig {
+			o.ignoredFlags = append(o.ignoredFlags, b.flag)
+			continue
+		}
+		explicit = append(explicit, b)
+		o.setBy[b.field] = b.flag
 	}
 	for _, b := range explicit {
 		b.apply(c)
@@ -143,7 +186,22 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 	for _, b := range explicit {
 		b.apply(c)
 	}
+	if o.ConfigFile == "" && o.WriteConfigTo == "" {
+		// The deprecated --healthz-port and --metrics-port, as upstream: 0
+		// disables the server; otherwise the port is added to a bare IP.
+		c.HealthzBindAddress = addressFromPort(c.HealthzBindAddress, o.healthzPort)
+		c.MetricsBindAddress = addressFromPort(c.MetricsBindAddress, o.metricsPort)
+	}
+	if c.HealthzBindAddress != "" {
+		c.HealthzBindAddress = appendPortIfNeeded(c.HealthzBindAddress, DefaultHealthzPort)
+	}
+	if c.MetricsBindAddress != "" {
+		c.MetricsBindAddress = appendPortIfNeeded(c.MetricsBindAddress, DefaultMetricsPort)
+	}
 
+	if err := copyLoggingFlags(fs, &c.Logging, o.setBy); err != nil {
+		return err
+	}
 	if err := syncLogging(fs, c, o.setBy); err != nil {
 		return err
 	}
@@ -163,6 +221,17 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 	o.NodeName = strings.ToLower(name)
 	o.Config = c
 	return nil
+}
+
+// addressFromPort applies a deprecated --healthz-port or --metrics-port.
+func addressFromPort(addr string, port int32) string {
+	if port == 0 {
+		return ""
+	}
+	if addr == "" {
+		return addr
+	}
+	return appendPortIfNeeded(addr, int(port))
 }
 
 // syncLogging makes -v/--vmodule and the config's logging section agree: an
@@ -201,10 +270,44 @@ func syncLogging(fs *pflag.FlagSet, c *v1alpha1.KubeProxyConfiguration, setBy ma
 }
 
 // Warnings lists settings that kproxy accepts for compatibility but ignores
-// or cannot honour, for the caller to log once at start.
+// or cannot honour, for the caller to log once at start: the file's fields
+// that only lenient decoding accepted, the flags --config made ignored, and
+// the settings kproxy has no use for.
 func (o *Options) Warnings() []string {
 	c := o.Config
 	var w []string
+	for _, p := range o.fileWarnings {
+		line := ""
+		if p.Line > 0 {
+			line = fmt.Sprintf(" (line %d)", p.Line)
+		}
+		w = append(w, fmt.Sprintf("config file %s%s: %s: ignored, as upstream kube-proxy's lenient decoding does", o.ConfigFile, line, p.Message))
+	}
+	for _, f := range o.ignoredFlags {
+		w = append(w, fmt.Sprintf("--%s is ignored because --config is given (as upstream kube-proxy: set it in the config file)", f))
+	}
+	if m := o.ModeWarning(); m != "" {
+		w = append(w, m)
+	}
+	var ipvsIgnored []string
+	if len(c.IPVS.ExcludeCIDRs) > 0 {
+		ipvsIgnored = append(ipvsIgnored, "excludeCIDRs")
+	}
+	if c.IPVS.StrictARP {
+		ipvsIgnored = append(ipvsIgnored, "strictARP")
+	}
+	if c.IPVS.TCPTimeout.Duration != 0 {
+		ipvsIgnored = append(ipvsIgnored, "tcpTimeout")
+	}
+	if c.IPVS.TCPFinTimeout.Duration != 0 {
+		ipvsIgnored = append(ipvsIgnored, "tcpFinTimeout")
+	}
+	if c.IPVS.UDPTimeout.Duration != 0 {
+		ipvsIgnored = append(ipvsIgnored, "udpTimeout")
+	}
+	if len(ipvsIgnored) > 0 {
+		w = append(w, fmt.Sprintf("ipvs.%s ignored: kproxy programs no IPVS", strings.Join(ipvsIgnored, ", ipvs.")))
+	}
 	if len(c.FeatureGates) > 0 {
 		gates := make([]string, 0, len(c.FeatureGates))
 		for g := range c.FeatureGates {
@@ -220,13 +323,68 @@ func (o *Options) Warnings() []string {
 		w = append(w, "showHiddenMetricsForVersion is ignored: kproxy hides no metrics")
 	}
 	if c.WindowsRunAsService {
-		w = append(w, "windowsRunAsService is ignored: run kproxy as a HostProcess container")
+		w = append(w, "windowsRunAsService in the config file is ignored, as upstream: use the --windows-service flag")
 	}
 	if c.Logging.Format != "" && c.Logging.Format != "text" {
 		w = append(w, fmt.Sprintf("logging.format %q is ignored: kproxy logs in klog's text format", c.Logging.Format))
 	}
-	if c.Mode == ModeIPTables && c.DetectLocalMode == LocalModeClusterCIDR && strings.TrimSpace(c.ClusterCIDR) == "" {
+	if c.Logging.Options.Text.SplitStream || c.Logging.Options.JSON.SplitStream {
+		w = append(w, "logging split streams are ignored: kproxy writes one log stream (stderr)")
+	}
+	if o.ProxyMode() == ModeIPTables && c.DetectLocalMode == LocalModeClusterCIDR && strings.TrimSpace(c.ClusterCIDR) == "" {
 		w = append(w, "detectLocalMode is ClusterCIDR but clusterCIDR is empty: local-traffic detection is off (off-cluster traffic to ClusterIPs is not masqueraded)")
 	}
 	return w
 }
+
+// Flagz lists every flag as "name=value" (set or default), sorted by name,
+// as /flagz shows them. Set by Complete.
+func (o *Options) Flagz() []string { return o.flagz }
+
+// ModeWarning says, for a mode kproxy has no backend for (ipvs, nftables),
+// what it runs instead; "" otherwise. The caller also records it as a
+// Warning Event on the Node.
+func (o *Options) ModeWarning() string {
+	c := o.Config
+	switch c.Mode {
+	case ModeIPVS:
+		sched := strings.TrimSpace(c.IPVS.Scheduler)
+		if sched == "" {
+			sched = "rr"
+		}
+		return fmt.Sprintf("mode ipvs: kproxy has no ipvs backend and runs its iptables backend instead (ipvs.syncPeriod and ipvs.minSyncPeriod apply; ipvs.scheduler %q is kept, endpoints are chosen at random for now)", sched)
+	case ModeNFTables:
+		return "mode nftables: kproxy's nftables backend is not built yet; running the iptables backend instead (nftables.syncPeriod, nftables.minSyncPeriod, nftables.masqueradeAll apply)"
+	}
+	return ""
+}
+
+// VersionFlag is --version: "" or "false" (run), "true" (print the version
+// and exit) or "raw" (print the detailed version and exit), as upstream.
+type VersionFlag string
+
+// Set implements pflag.Value.
+func (v *VersionFlag) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "false":
+		*v = ""
+	case "true":
+		*v = "true"
+	case "raw":
+		*v = "raw"
+	default:
+		return fmt.Errorf("invalid value %q: want true, false or raw", s)
+	}
+	return nil
+}
+
+// String implements pflag.Value.
+func (v *VersionFlag) String() string {
+	if *v == "" {
+		return "false"
+	}
+	return string(*v)
+}
+
+// Type implements pflag.Value.
+func (v *VersionFlag) Type() string { return "version" }

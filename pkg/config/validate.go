@@ -69,6 +69,12 @@ func (o *Options) Validate() error {
 	if o.DryRunOutput != DryRunRules && o.DryRunOutput != DryRunState {
 		errs = append(errs, field.NotSupported(field.NewPath("--dry-run-output"), o.DryRunOutput, []string{DryRunRules, DryRunState}))
 	}
+	if o.Config.EnableProfiling && !o.ProfilingAllowRemote && o.Config.MetricsBindAddress != "" {
+		if ap, err := netip.ParseAddrPort(o.Config.MetricsBindAddress); err == nil && !ap.Addr().IsLoopback() {
+			errs = append(errs, field.Forbidden(field.NewPath("enableProfiling"),
+				fmt.Sprintf("profiling would be served to the network on metricsBindAddress %s: use a loopback metrics address, or allow it with --profiling-allow-remote", o.Config.MetricsBindAddress)))
+		}
+	}
 	if o.FullSyncPeriod <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("--full-sync-period"), o.FullSyncPeriod.String(), "must be greater than 0"))
 	}
@@ -102,14 +108,18 @@ func validateConfig(c *v1alpha1.KubeProxyConfiguration, goos string, dryRun bool
 	if b := c.IPTables.MasqueradeBit; b != nil && (*b < 0 || *b > maxMasqueradeBit) {
 		errs = append(errs, field.Invalid(ipt.Child("masqueradeBit"), *b, fmt.Sprintf("must be in the range [0, %d]", maxMasqueradeBit)))
 	}
-	sync, minSync := c.IPTables.SyncPeriod.Duration, c.IPTables.MinSyncPeriod.Duration
+	// The sync periods of the mode's own section, as upstream.
+	section := modeSection(c)
+	sp := field.NewPath(section)
+	p := modePeriods(c)
+	sync, minSync := p.SyncPeriod.Duration, p.MinSyncPeriod.Duration
 	if sync <= 0 {
-		errs = append(errs, field.Invalid(ipt.Child("syncPeriod"), sync.String(), "must be greater than 0"))
+		errs = append(errs, field.Invalid(sp.Child("syncPeriod"), sync.String(), "must be greater than 0"))
 	}
 	if minSync < 0 {
-		errs = append(errs, field.Invalid(ipt.Child("minSyncPeriod"), minSync.String(), "must be greater than or equal to 0"))
+		errs = append(errs, field.Invalid(sp.Child("minSyncPeriod"), minSync.String(), "must be greater than or equal to 0"))
 	} else if sync > 0 && minSync > sync {
-		errs = append(errs, field.Invalid(ipt.Child("minSyncPeriod"), minSync.String(), fmt.Sprintf("must not be greater than iptables.syncPeriod (%s)", sync)))
+		errs = append(errs, field.Invalid(sp.Child("minSyncPeriod"), minSync.String(), fmt.Sprintf("must not be greater than %s.syncPeriod (%s)", section, sync)))
 	}
 	if c.ConfigSyncPeriod.Duration <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("configSyncPeriod"), c.ConfigSyncPeriod.Duration.String(), "must be greater than 0"))
@@ -142,12 +152,15 @@ func validateMode(mode v1alpha1.ProxyMode, path *field.Path, goos string, dryRun
 		if goos != windowsGOOS && !dryRun {
 			return field.ErrorList{field.Invalid(path, string(mode), "kernelspace mode runs only on Windows (use iptables on Linux, or --dry-run to print the HNS plan)")}
 		}
-	case "ipvs", "nftables":
-		return field.ErrorList{field.Invalid(path, string(mode), "not supported by kproxy: use iptables (Linux) or kernelspace (Windows)")}
+	case ModeIPVS, ModeNFTables:
+		// They run the iptables backend (warned).
+		if goos != "linux" && !dryRun {
+			return field.ErrorList{field.Invalid(path, string(mode), "runs only on Linux (use kernelspace on Windows)")}
+		}
 	case "":
 		return field.ErrorList{field.Required(path, "")}
 	default:
-		return field.ErrorList{field.NotSupported(path, string(mode), []v1alpha1.ProxyMode{ModeIPTables, ModeKernelspace})}
+		return field.ErrorList{field.NotSupported(path, string(mode), []v1alpha1.ProxyMode{ModeIPTables, ModeKernelspace, ModeIPVS, ModeNFTables})}
 	}
 	return nil
 }

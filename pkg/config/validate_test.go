@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,9 +220,11 @@ func TestValidateMode(t *testing.T) {
 		{"darwin", "iptables", true, ""},
 		{"linux", "kernelspace", false, `mode: Invalid value: "kernelspace": kernelspace mode runs only on Windows (use iptables on Linux, or --dry-run to print the HNS plan)`},
 		{"windows", "iptables", false, `mode: Invalid value: "iptables": iptables mode runs only on Linux (use kernelspace on Windows, or --dry-run to print the iptables rules)`},
-		{"linux", "ipvs", false, `mode: Invalid value: "ipvs": not supported by kproxy: use iptables (Linux) or kernelspace (Windows)`},
-		{"linux", "nftables", true, `mode: Invalid value: "nftables": not supported by kproxy: use iptables (Linux) or kernelspace (Windows)`},
-		{"windows", "userspace", false, `mode: Unsupported value: "userspace": supported values: "iptables", "kernelspace"`},
+		{"linux", "ipvs", false, ""},
+		{"linux", "nftables", false, ""},
+		{"windows", "nftables", true, ""},
+		{"windows", "ipvs", false, `mode: Invalid value: "ipvs": runs only on Linux (use kernelspace on Windows)`},
+		{"windows", "userspace", false, `mode: Unsupported value: "userspace": supported values: "iptables", "kernelspace", "ipvs", "nftables"`},
 		{"linux", "", false, `mode: Required value`},
 	} {
 		t.Run(tc.goos+"/"+string(tc.mode), func(t *testing.T) {
@@ -241,7 +244,7 @@ func TestValidateMode(t *testing.T) {
 // bad field of testdata/invalid/several.yaml, in a message kept as a golden file.
 func TestValidateListsEveryError(t *testing.T) {
 	o := testOptions("linux", nil)
-	if _, err := parse(t, o, "--config", "testdata/invalid/several.yaml", "--iptables-masquerade-bit=33", "--cluster-cidr=10.0.0.0/8,10.1.0.0/16"); err != nil {
+	if _, err := parse(t, o, "--config", "testdata/invalid/several.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	err := o.Validate()
@@ -249,8 +252,8 @@ func TestValidateListsEveryError(t *testing.T) {
 	if !errors.As(err, &ve) {
 		t.Fatalf("Validate error = %v, want a *ValidationError", err)
 	}
-	if len(ve.Errors) != 14 {
-		t.Errorf("got %d errors, want 14", len(ve.Errors))
+	if len(ve.Errors) != 15 {
+		t.Errorf("got %d errors, want 15", len(ve.Errors))
 	}
 	var fe *field.Error
 	if !errors.As(err, &fe) {
@@ -268,5 +271,54 @@ func TestValidationErrorSingleLine(t *testing.T) {
 	const want = "invalid configuration: iptables.masqueradeBit: Invalid value: 40: must be in the range [0, 31] (set by --iptables-masquerade-bit)"
 	if err == nil || err.Error() != want {
 		t.Errorf("Validate() = %v, want %q", err, want)
+	}
+}
+
+// TestProfilingOnlyOnLoopbackUnlessAllowed: --profiling with a metrics
+// server reachable from the network is refused unless
+// --profiling-allow-remote says so.
+func TestProfilingOnlyOnLoopbackUnlessAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--profiling"}, true}, // default metrics address 127.0.0.1:10249
+		{[]string{"--profiling", "--metrics-bind-address=0.0.0.0:10249"}, false},
+		{[]string{"--profiling", "--metrics-bind-address=0.0.0.0:10249", "--profiling-allow-remote"}, true},
+		{[]string{"--metrics-bind-address=0.0.0.0:10249"}, true},
+	} {
+		o := testOptions("linux", nil)
+		if _, err := parse(t, o, tc.args...); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "--profiling-allow-remote")) {
+			t.Errorf("%q: Validate() = %v, want ok %v", tc.args, err, tc.ok)
+		}
+	}
+}
+
+// TestDeprecatedPortFlags: --healthz-port and --metrics-port as upstream:
+// 0 disables the server, another port applies to a bare IP, and neither
+// applies with --config.
+func TestDeprecatedPortFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args          []string
+		healthz, metr string
+	}{
+		{[]string{"--healthz-port=0"}, "", "127.0.0.1:10249"},
+		{[]string{"--metrics-port=0"}, "0.0.0.0:10256", ""},
+		{[]string{"--healthz-bind-address=10.0.0.1", "--healthz-port=12345"}, "10.0.0.1:12345", "127.0.0.1:10249"},
+		// As upstream: the port flag does not change an address with a port.
+		{[]string{"--healthz-port=12345"}, "0.0.0.0:10256", "127.0.0.1:10249"},
+		{[]string{"--config=" + fullFile, "--healthz-port=0"}, "192.168.1.10:10256", "127.0.0.2:9100"},
+	} {
+		o := testOptions("linux", nil)
+		if _, err := parse(t, o, tc.args...); err != nil {
+			t.Fatal(err)
+		}
+		if o.Config.HealthzBindAddress != tc.healthz || o.Config.MetricsBindAddress != tc.metr {
+			t.Errorf("%q: healthz %q metrics %q, want %q %q", tc.args, o.Config.HealthzBindAddress, o.Config.MetricsBindAddress, tc.healthz, tc.metr)
+		}
 	}
 }

@@ -3,9 +3,11 @@
 //
 //   - ProxyHealth answers /healthz and /livez (--healthz-bind-address). The
 //     proxy is healthy unless a change queued for an IP family has waited
-//     longer than the timeout (2 × syncPeriod) to be programmed. /healthz is
-//     also 503 while this node is being deleted or carries the
-//     ToBeDeletedByClusterAutoscaler taint, so cloud load balancers drain it;
+//     longer than the timeout (2 × syncPeriod) to be programmed; a family is
+//     judged only once it has synced successfully once (before that it is
+//     starting up, and healthy). /healthz is also 503 while this node is
+//     unknown (its Node object not seen yet), being deleted or tainted
+//     ToBeDeletedByClusterAutoscaler, so cloud load balancers drain it;
 //     /livez ignores the node.
 //   - ServiceServers answers the healthCheckNodePort of every LoadBalancer
 //     Service with externalTrafficPolicy Local: 200 when this node has ready
@@ -42,12 +44,12 @@ type Health struct {
 	// upstream does for compatibility with older releases.
 	LastUpdated time.Time `json:"lastUpdated"`
 	CurrentTime time.Time `json:"currentTime"`
-	// NodeEligible is set by /healthz only: false while the node is being
-	// deleted or tainted ToBeDeletedByClusterAutoscaler.
+	// NodeEligible is set by /healthz only: false while the node is unknown,
+	// being deleted or tainted ToBeDeletedByClusterAutoscaler.
 	NodeEligible *bool `json:"nodeEligible,omitempty"`
 	// Healthy is true when every family is.
 	Healthy bool `json:"healthy"`
-	// Status holds each family that has been queued or synced.
+	// Status holds each family that has synced successfully at least once.
 	Status map[v1.IPFamily]FamilyHealth `json:"status,omitempty"`
 }
 
@@ -60,6 +62,7 @@ type ProxyHealth struct {
 	mu           sync.Mutex
 	lastUpdated  map[v1.IPFamily]time.Time
 	oldestQueued map[v1.IPFamily]time.Time
+	nodeKnown    bool
 	nodeDeleting bool
 }
 
@@ -96,45 +99,45 @@ func (h *ProxyHealth) Updated(f v1.IPFamily) {
 	h.lastUpdated[f] = h.clock.Now()
 }
 
-// SetNodeDeleting records whether this node is being deleted (a deletion
-// timestamp or the ToBeDeletedByClusterAutoscaler taint: proxy.Node.Deleting).
-// A node kproxy has not seen yet counts as not being deleted.
-func (h *ProxyHealth) SetNodeDeleting(deleting bool) {
+// SetNode records what kproxy knows of this node: known is false until its
+// Node object has been seen (proxy.Node.Known); deleting is true while it has
+// a deletion timestamp or the ToBeDeletedByClusterAutoscaler taint
+// (proxy.Node.Deleting).
+func (h *ProxyHealth) SetNode(known, deleting bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.nodeDeleting = deleting
+	h.nodeKnown, h.nodeDeleting = known, deleting
 }
 
-// NodeEligible reports whether load balancers may use this node.
+// NodeEligible reports whether load balancers may use this node: it is
+// known and not being deleted. Like upstream, a node not seen yet is not
+// eligible.
 func (h *ProxyHealth) NodeEligible() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.nodeDeleting
+	return h.nodeKnown && !h.nodeDeleting
 }
 
-// Health returns the programming health, ignoring the node. A family is
-// unhealthy when a change queued for it has waited longer than the timeout,
-// including before its first successful sync (upstream counts a family as
-// healthy until its first sync; kproxy queues the first sync when its
-// backends start, so a first sync that keeps failing turns the proxy
-// unhealthy too).
+// Health returns the programming health, ignoring the node. Like upstream,
+// only families that have synced successfully at least once are judged and
+// reported: a family is unhealthy when a change queued for it has waited
+// longer than the timeout. Before its first successful sync a family is
+// starting up and counts as healthy, however long that takes (a first sync
+// that keeps failing shows in the sync error metrics, not here).
 func (h *ProxyHealth) Health() Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.clock.Now()
 	out := Health{CurrentTime: now, Healthy: true, Status: map[v1.IPFamily]FamilyHealth{}}
 	for f, t := range h.lastUpdated {
-		out.Status[f] = FamilyHealth{LastUpdated: t, Healthy: true}
+		st := FamilyHealth{LastUpdated: t, Healthy: true}
+		if queued, ok := h.oldestQueued[f]; ok && now.Sub(queued) >= h.timeout {
+			st.Healthy = false
+			out.Healthy = false
+		}
+		out.Status[f] = st
 		if t.After(out.LastUpdated) {
 			out.LastUpdated = t
-		}
-	}
-	for f, queued := range h.oldestQueued {
-		st := out.Status[f]
-		st.Healthy = now.Sub(queued) < h.timeout
-		out.Status[f] = st
-		if !st.Healthy {
-			out.Healthy = false
 		}
 	}
 	return out

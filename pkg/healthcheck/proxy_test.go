@@ -41,9 +41,11 @@ func get(t *testing.T, url string) answer {
 	return a
 }
 
-// TestProxyHealth walks the health state through queued and programmed
-// changes, node deletion and recovery, checking /healthz and /livez over
-// HTTP after each step.
+// TestProxyHealth walks the health state through start-up, queued and
+// programmed changes, node deletion and recovery, checking /healthz and
+// /livez over HTTP after each step against upstream kube-proxy v1.37's
+// contract: codes, JSON fields, families judged only after their first sync,
+// nodeEligible false while the node is unknown.
 func TestProxyHealth(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	h := NewProxyHealth(time.Minute, clk)
@@ -63,10 +65,14 @@ func TestProxyHealth(t *testing.T) {
 		// families' health in the body; absent families must be absent.
 		status map[fam]bool
 	}{
-		{"starting", func() {}, 200, 200, true, map[fam]bool{}},
-		{"first sync queued, not late", func() { h.QueuedUpdate(v4); h.QueuedUpdate(v6); clk.Step(59 * time.Second) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
-		{"first sync late", func() { clk.Step(2 * time.Second) }, 503, 503, true, map[fam]bool{v4: false, v6: false}},
-		{"IPv4 programmed", func() { updated(v4) }, 503, 503, true, map[fam]bool{v4: true, v6: false}},
+		{"starting, node not seen yet: only healthz fails", func() {}, 503, 200, false, map[fam]bool{}},
+		{"node seen", func() { h.SetNode(true, false) }, 200, 200, true, map[fam]bool{}},
+		{"first sync queued", func() { h.QueuedUpdate(v4); h.QueuedUpdate(v6); clk.Step(59 * time.Second) }, 200, 200, true, map[fam]bool{}},
+		// Upstream judges a family only after its first successful sync.
+		{"first sync late: still starting up", func() { clk.Step(2 * time.Second) }, 200, 200, true, map[fam]bool{}},
+		{"IPv4 programmed", func() { updated(v4) }, 200, 200, true, map[fam]bool{v4: true}},
+		{"IPv4 queued late, IPv6 never synced", func() { h.QueuedUpdate(v4); clk.Step(time.Minute) }, 503, 503, true, map[fam]bool{v4: false}},
+		{"IPv4 programmed again", func() { updated(v4) }, 200, 200, true, map[fam]bool{v4: true}},
 		{"both programmed", func() { updated(v6) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
 		{"queued again, oldest counts", func() {
 			h.QueuedUpdate(v6)
@@ -75,8 +81,11 @@ func TestProxyHealth(t *testing.T) {
 			clk.Step(30 * time.Second)
 		}, 503, 503, true, map[fam]bool{v4: true, v6: false}},
 		{"programmed", func() { updated(v6) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
-		{"node being deleted: only healthz fails", func() { h.SetNodeDeleting(true) }, 503, 200, false, map[fam]bool{v4: true, v6: true}},
-		{"node back", func() { h.SetNodeDeleting(false) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
+		{"queued, not late yet", func() { h.QueuedUpdate(v4); clk.Step(59 * time.Second) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
+		{"programmed in time", func() { updated(v4) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
+		{"node being deleted: only healthz fails", func() { h.SetNode(true, true) }, 503, 200, false, map[fam]bool{v4: true, v6: true}},
+		{"node back", func() { h.SetNode(true, false) }, 200, 200, true, map[fam]bool{v4: true, v6: true}},
+		{"node gone from the cache", func() { h.SetNode(false, false) }, 503, 200, false, map[fam]bool{v4: true, v6: true}},
 	}
 	for _, st := range steps {
 		st.do()
@@ -120,13 +129,13 @@ func TestProxyHealth(t *testing.T) {
 			t.Errorf("%s: unhealthy lastUpdated %v, want the last sync %v", st.name, lz.body["lastUpdated"], last)
 		}
 	}
-	want := map[string]int{"/healthz OK": 5, "/healthz Service Unavailable": 4, "/livez OK": 6, "/livez Service Unavailable": 3}
+	want := map[string]int{"/healthz OK": 10, "/healthz Service Unavailable": 5, "/livez OK": 13, "/livez Service Unavailable": 2}
 	for k, n := range want {
 		if served[k] != n {
 			t.Errorf("served %q %d times, want %d (all: %v)", k, served[k], n, served)
 		}
 	}
-	if !h.Healthy() || !h.NodeEligible() {
-		t.Errorf("final state not healthy")
+	if !h.Healthy() || h.NodeEligible() {
+		t.Errorf("final state: healthy %v eligible %v, want true false", h.Healthy(), h.NodeEligible())
 	}
 }

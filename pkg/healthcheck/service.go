@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -36,8 +37,9 @@ type ServiceHealth struct {
 // ServiceOptions configure ServiceServers.
 type ServiceOptions struct {
 	// IPs are the addresses each health check node port listens on, one
-	// listener per address. Empty means one listener per port on every
-	// address of every family.
+	// listener per address (tcp4 for IPv4, tcp6 for IPv6, so 0.0.0.0 and ::
+	// can both be served). Empty means one listener per port on every
+	// address of every family, until SetIPs.
 	IPs []netip.Addr
 	// Listen opens a listener; defaults to net.Listen.
 	Listen func(network, address string) (net.Listener, error)
@@ -62,6 +64,8 @@ type ServiceServers struct {
 	// failed holds the port each Service could not serve, already reported.
 	failed map[types.NamespacedName]int32
 	closed bool
+	// explicit is set by SetIPs: opts.IPs is the list even when empty.
+	explicit bool
 }
 
 type instance struct {
@@ -81,6 +85,17 @@ func NewServiceServers(o ServiceOptions) *ServiceServers {
 		s.log = *o.Logger
 	}
 	return s
+}
+
+// SetIPs sets the addresses the ports opened from now on listen on. Unlike
+// ServiceOptions.IPs, an empty list means no address at all: as upstream, a
+// health check node port is then served nowhere (nodePortAddresses matches
+// no local address of the family).
+func (s *ServiceServers) SetIPs(ips []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.IPs = slices.Clone(ips)
+	s.explicit = true
 }
 
 // Update makes the servers match want: it closes the ports of Services gone
@@ -156,15 +171,21 @@ func (s *ServiceServers) fail(name types.NamespacedName, port int32, err error) 
 // open starts one server per listen address; on error it closes what it
 // opened.
 func (s *ServiceServers) open(name types.NamespacedName, inst *instance) error {
-	addrs := []string{":" + strconv.Itoa(int(inst.port))}
-	if len(s.opts.IPs) > 0 {
+	type listenAddr struct{ network, addr string }
+	addrs := []listenAddr{{"tcp", ":" + strconv.Itoa(int(inst.port))}}
+	if len(s.opts.IPs) > 0 || s.explicit {
 		addrs = addrs[:0]
 		for _, ip := range s.opts.IPs {
-			addrs = append(addrs, netip.AddrPortFrom(ip, uint16(inst.port)).String())
+			network := "tcp6"
+			if ip.Is4() {
+				network = "tcp4"
+			}
+			addrs = append(addrs, listenAddr{network, netip.AddrPortFrom(ip, uint16(inst.port)).String()})
 		}
 	}
-	for _, addr := range addrs {
-		l, err := s.opts.Listen("tcp", addr)
+	for _, la := range addrs {
+		addr := la.addr
+		l, err := s.opts.Listen(la.network, addr)
 		if err != nil {
 			inst.close()
 			return fmt.Errorf("listening on %s: %w", addr, err)

@@ -2,8 +2,13 @@
 // (same names, types, buckets and labels, so dashboards, alerts and
 // clusterloader2 keep working) and kproxy's own (prefix kproxy_).
 //
-// Every Metrics has its own registry; nothing is registered globally. The
-// sync loop (pkg/app) records sync durations, timestamps, change counts and
+// Every Metrics has its own registry for kproxy's metrics. What upstream
+// kube-proxy gets from component-base is taken from there, the way
+// kube-proxy gets it: importing component-base's client-go adapters and its
+// version metric registers rest_client_* (and client-go's workqueue, fifo
+// and leader election metrics), kubernetes_build_info and the Go runtime and
+// process collectors in component-base's global legacy registry, and the
+// handler serves that registry together with kproxy's own. The sync loop (pkg/app) records sync durations, timestamps, change counts and
 // network programming latency; platform backends record what only they see
 // through IPTables (Linux) and HNSCall/HNSError (Windows). Every method is
 // safe for concurrent use and never blocks on I/O.
@@ -15,9 +20,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics/legacyregistry"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // rest_client_* and client-go's other metrics, as kube-proxy registers them
+	_ "k8s.io/component-base/metrics/prometheus/version"  // kubernetes_build_info, as kube-proxy registers it
 	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -110,8 +117,7 @@ const (
 	family   = "ip_family"
 )
 
-// New returns a Metrics with every metric of its mode registered, plus the
-// Go runtime and process collectors.
+// New returns a Metrics with every metric of its mode registered.
 func New(o Options) *Metrics {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -155,8 +161,6 @@ func New(o Options) *Metrics {
 	m.hnsErrors = counter(own, "hns_errors_total", "Failed HNS calls by operation and HNS error code", "operation", "code")
 
 	m.reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
 		m.programming, m.endpointChanges, m.serviceChanges, m.noLocalEndpoints,
 		m.healthz, m.livez, m.syncFailures, m.quarantined, buildInfo,
@@ -186,12 +190,16 @@ func New(o Options) *Metrics {
 	return m
 }
 
-// Gatherer returns the registry, for tests and custom exposition.
-func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+// Gatherer returns what /metrics serves: kproxy's registry and
+// component-base's legacy registry (Go runtime, process, rest_client_*,
+// kubernetes_build_info), for tests and custom exposition.
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	return prometheus.Gatherers{m.reg, legacyregistry.DefaultGatherer}
+}
 
 // Handler serves the metrics in the Prometheus exposition formats.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.Gatherer(), promhttp.HandlerOpts{Registry: m.reg})
 }
 
 // Families creates the per-family series of the counters and gauges with

@@ -37,3 +37,24 @@ func buildInfoVersion() string {
 	}
 	return ""
 }
+
+// Info is the detailed version --version=raw prints.
+type Info struct {
+	Version   string
+	GoVersion string
+	Compiler  string
+	Platform  string
+}
+
+// Raw returns the detailed version.
+func Raw() Info {
+	v := Version
+	if v == "" || v == "dev" {
+		if bi := buildInfoVersion(); bi != "" && bi != "(devel)" {
+			v = bi
+		} else {
+			v = "dev"
+		}
+	}
+	return Info{Version: v, GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH}
+}

@@ -34,6 +34,9 @@ type Binaries struct {
 	Dir           string
 	Etcd          string
 	KubeAPIServer string
+	// KubeProxy is upstream kube-proxy of the same Kubernetes release, for
+	// the drop-in swap and the differential tests.
+	KubeProxy string
 	// Results says, per binary, whether it was built now and how long it took.
 	Results []BuildResult
 }
@@ -76,6 +79,15 @@ type target struct {
 func targets() []target {
 	const versionPkg = "k8s.io/component-base/version"
 	major, minor := kubeMajorMinor(KubernetesVersion)
+	// Stamp the version the upstream build scripts would, so /version, the
+	// servers' logs and kubernetes_build_info name the real release.
+	kubeLdflags := strings.Join([]string{
+		"-s -w",
+		"-X " + versionPkg + ".gitVersion=" + KubernetesVersion,
+		"-X " + versionPkg + ".gitMajor=" + major,
+		"-X " + versionPkg + ".gitMinor=" + minor,
+		"-X " + versionPkg + ".gitTreeState=clean",
+	}, " ")
 	return []target{
 		{
 			name:      "etcd",
@@ -88,16 +100,15 @@ func targets() []target {
 			name:      "kube-apiserver",
 			moduleDir: modulesDir + "/kube-apiserver",
 			pkg:       "k8s.io/kubernetes/cmd/kube-apiserver",
-			// Stamp the version the upstream build scripts would, so /version
-			// and the server's logs name the real release.
-			ldflags: strings.Join([]string{
-				"-s -w",
-				"-X " + versionPkg + ".gitVersion=" + KubernetesVersion,
-				"-X " + versionPkg + ".gitMajor=" + major,
-				"-X " + versionPkg + ".gitMinor=" + minor,
-				"-X " + versionPkg + ".gitTreeState=clean",
-			}, " "),
-			coldHint: "about 7 minutes cold on 2 cores",
+			ldflags:   kubeLdflags,
+			coldHint:  "about 7 minutes cold on 2 cores",
+		},
+		{
+			name:      "kube-proxy",
+			moduleDir: modulesDir + "/kube-proxy",
+			pkg:       "k8s.io/kubernetes/cmd/kube-proxy",
+			ldflags:   kubeLdflags,
+			coldHint:  "several minutes cold on 2 cores",
 		},
 	}
 }
@@ -198,6 +209,8 @@ func Ensure(ctx context.Context, o BuildOptions) (Binaries, error) {
 			bins.Etcd = res.Path
 		case "kube-apiserver":
 			bins.KubeAPIServer = res.Path
+		case "kube-proxy":
+			bins.KubeProxy = res.Path
 		}
 	}
 	return bins, nil

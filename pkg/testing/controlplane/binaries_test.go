@@ -23,6 +23,12 @@ func TestVersionsMatchWrapperModules(t *testing.T) {
 			"k8s.io/apiserver => k8s.io/apiserver " + StagingVersion,
 			"k8s.io/client-go => k8s.io/client-go " + StagingVersion,
 		}},
+		{"modules/kube-proxy/go.mod", []string{
+			"k8s.io/kubernetes " + KubernetesVersion,
+			"tool k8s.io/kubernetes/cmd/kube-proxy",
+			"k8s.io/kube-proxy => k8s.io/kube-proxy " + StagingVersion,
+			"k8s.io/client-go => k8s.io/client-go " + StagingVersion,
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.gomod, func(t *testing.T) {
@@ -41,10 +47,16 @@ func TestVersionsMatchWrapperModules(t *testing.T) {
 }
 
 // TestKubeAPIServerReplacesAllStaging checks that every k8s.io module the
-// wrapper replaces is pinned to StagingVersion (a stray version would build
-// a mixed apiserver).
+// kube-apiserver and kube-proxy wrappers replace is pinned to StagingVersion
+// (a stray version would build a mixed server).
 func TestKubeAPIServerReplacesAllStaging(t *testing.T) {
-	data, err := os.ReadFile("modules/kube-apiserver/go.mod")
+	for _, gomod := range []string{"modules/kube-apiserver/go.mod", "modules/kube-proxy/go.mod"} {
+		t.Run(gomod, func(t *testing.T) { checkStagingReplaces(t, gomod) })
+	}
+}
+
+func checkStagingReplaces(t *testing.T, gomod string) {
+	data, err := os.ReadFile(gomod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +196,12 @@ func TestEnsureBuildsMissingBinaries(t *testing.T) {
 			"pkg=k8s.io/kubernetes/cmd/kube-apiserver",
 			"k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
 			"k8s.io/component-base/version.gitMinor=37",
+			"GOWORK=off",
+		}},
+		{bins.KubeProxy, []string{
+			"dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "kube-proxy")),
+			"pkg=k8s.io/kubernetes/cmd/kube-proxy",
+			"k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
 			"GOWORK=off",
 		}},
 	}

@@ -25,4 +25,10 @@
 // a Prometheus text reader (promtext.go). env_linux.go builds the
 // environment used by the tests (make test-integration) and by the
 // benchmark (make bench-cluster).
+//
+// The drop-in tests (dropin_linux_test.go) run upstream kube-proxy v1.37.2,
+// built from Go modules by the same builder, in node1 with the same
+// arguments as kproxy: a live swap in both directions under client load
+// (TestDropInSwap) and the behaviour table's rows against both proxies
+// (TestDifferential).
 package integration

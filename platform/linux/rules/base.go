@@ -103,6 +103,12 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 		// 127.0.0.0/8 from elsewhere unless they are our DNATed NodePort
 		// traffic or its replies.
 		fw.add("! -s 127.0.0.0/8 -d 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
+		// A counting rule (no target) for
+		// kubeproxy_iptables_localhost_nodeports_accepted_packets_total:
+		// the first packet of each localhost NodePort connection DNATed to
+		// an endpoint (a local process's packet from 127.0.0.0/8, seen in
+		// OUTPUT before masquerading), counted once.
+		fw.add(LocalhostNodePortsCounted)
 	}
 	filter = append(filter, fw.out())
 	inp := &builder{chain: ChainInput}
@@ -118,7 +124,11 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 	filter = append(filter, inp.out())
 	fwd := &builder{chain: ChainForward}
 	fwd.add("-j", ChainFirewall)
-	fwd.add("-m conntrack --ctstate INVALID -j DROP")
+	if !r.cfg.TCPBeLiberal {
+		// Its packet counter is
+		// kubeproxy_iptables_ct_state_invalid_dropped_packets_total.
+		fwd.add(InvalidDropRule)
+	}
 	fwd.add(r.matchMasq, "-j ACCEPT")
 	fwd.add("-m conntrack --ctstate DNAT -j ACCEPT")
 	filter = append(filter, fwd.out())

@@ -60,6 +60,10 @@ type Config struct {
 	LocalhostNodePorts bool
 	// RandomFully adds --random-fully to MASQUERADE (probed capability).
 	RandomFully bool
+	// TCPBeLiberal is conntrack.tcpBeLiberal: the kernel does not mark
+	// out-of-window TCP packets INVALID, so, as upstream, the forward chain
+	// drops no INVALID packets either.
+	TCPBeLiberal bool
 	// ShardThreshold is the number of dispatch rules above which the
 	// service and nodeport dispatch chains are split into shards (0:
 	// DefaultShardThreshold; negative: never shard).

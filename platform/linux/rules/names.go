@@ -75,3 +75,19 @@ func affinityList(n proxy.ServicePortName, ep proxy.Endpoint) string {
 
 // Owned reports whether a chain name belongs to kproxy.
 func Owned(chain string) bool { return strings.HasPrefix(chain, Prefix) }
+
+// Rules whose packet counters kproxy reports as upstream kube-proxy's
+// packet metrics (see ParseCounters).
+const (
+	// InvalidDropRule drops forwarded packets conntrack marks INVALID
+	// (ChainForward): kubeproxy_iptables_ct_state_invalid_dropped_packets_total.
+	InvalidDropRule = "-m conntrack --ctstate INVALID -j DROP"
+	// LocalhostNodePortsCounted matches, with no target, the first packet of
+	// a connection from 127.0.0.0/8 that was DNATed to an endpoint off the
+	// node's own addresses, that is of a localhost NodePort connection
+	// (ChainFirewall, IPv4 with localhost NodePorts):
+	// kubeproxy_iptables_localhost_nodeports_accepted_packets_total. Only
+	// OUTPUT sees such packets (INPUT does not, the endpoint is not local;
+	// FORWARD does not, the source is loopback).
+	LocalhostNodePortsCounted = "-s 127.0.0.0/8 -m addrtype ! --dst-type LOCAL -m conntrack --ctstate NEW -m conntrack --ctstate DNAT -m comment --comment \"kproxy localhost nodeports\""
+)

@@ -393,3 +393,18 @@ func TestBadInputIsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPBeLiberalKeepsInvalidPackets: with conntrack.tcpBeLiberal, as
+// upstream, the forward chain drops no INVALID packets; without it, it does.
+func TestTCPBeLiberalKeepsInvalidPackets(t *testing.T) {
+	const drop = "-m conntrack --ctstate INVALID -j DROP"
+	v := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.1", 80, false))))
+	for _, liberal := range []bool{false, true} {
+		cfg := testConfig(v1.IPv4Protocol)
+		cfg.TCPBeLiberal = liberal
+		got := strings.Contains(string(mustPlanner(t, cfg).Plan(fullInput(v)).Restore), drop)
+		if got == liberal {
+			t.Errorf("tcpBeLiberal=%v: INVALID drop rule present = %v", liberal, got)
+		}
+	}
+}

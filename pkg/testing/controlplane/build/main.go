@@ -1,5 +1,6 @@
-// Command build pre-builds the control-plane binaries (etcd, kube-apiserver)
-// into the cache directory so that later test runs start in seconds:
+// Command build pre-builds the control-plane binaries (etcd, kube-apiserver,
+// and upstream kube-proxy for the drop-in tests) into the cache directory so
+// that later test runs start in seconds:
 //
 //	go run ./pkg/testing/controlplane/build
 //

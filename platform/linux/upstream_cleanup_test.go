@@ -1,0 +1,100 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+type fakeIPSets struct {
+	sets      []string
+	missing   bool
+	destroyed []string
+}
+
+func (f *fakeIPSets) List(context.Context) ([]string, error) {
+	if f.missing {
+		return nil, ErrNoIPSetTool
+	}
+	return f.sets, nil
+}
+
+func (f *fakeIPSets) Destroy(_ context.Context, name string) error {
+	f.destroyed = append(f.destroyed, name)
+	return nil
+}
+
+// TestCleanupUpstreamIPSets destroys only kube-proxy's KUBE-* sets and
+// reports a missing ipset tool as ErrNoIPSetTool.
+func TestCleanupUpstreamIPSets(t *testing.T) {
+	f := &fakeIPSets{sets: []string{"OTHER", "KUBE-NODE-PORT-TCP", "KUBE-CLUSTER-IP", "cali40all-hosts"}}
+	got, err := CleanupUpstreamIPSets(context.Background(), f)
+	if err != nil || !slices.Equal(got, []string{"KUBE-CLUSTER-IP", "KUBE-NODE-PORT-TCP"}) || !slices.Equal(f.destroyed, got) {
+		t.Errorf("got %v %v, destroyed %v", got, err, f.destroyed)
+	}
+	if _, err := CleanupUpstreamIPSets(context.Background(), &fakeIPSets{missing: true}); !errors.Is(err, ErrNoIPSetTool) {
+		t.Errorf("missing tool: %v, want ErrNoIPSetTool", err)
+	}
+}
+
+// TestCleanupUpstreamNFTables deletes only the family's kube-proxy table.
+func TestCleanupUpstreamNFTables(t *testing.T) {
+	f := &FakeNFTables{Tables: []string{"ip kube-proxy", "ip6 kube-proxy", "inet kube-proxy-other", "ip nat"}}
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol, v1.IPv6Protocol} {
+		if _, err := CleanupUpstreamNFTables(context.Background(), f, fam); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(f.Tables, []string{"inet kube-proxy-other", "ip nat"}) {
+		t.Errorf("tables left: %v", f.Tables)
+	}
+}
+
+// TestCleanupUpstreamIptables removes kube-proxy's chains of the iptables
+// and ipvs modes with their jumps, and nothing else.
+func TestCleanupUpstreamIptables(t *testing.T) {
+	f := NewFakeIptables()
+	err := f.Restore(context.Background(), []byte(`*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:OTHER - [0:0]
+-A PREROUTING -j KUBE-SERVICES
+-A PREROUTING -j OTHER
+-A KUBE-SERVICES -j KUBE-LOAD-BALANCER
+COMMIT
+*filter
+:KUBE-IPVS-FILTER - [0:0]
+:KUBE-FIREWALL - [0:0]
+-A INPUT -j KUBE-IPVS-FILTER
+-A INPUT -j KUBE-FIREWALL
+COMMIT
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := CleanupUpstreamIptables(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"nat/KUBE-LOAD-BALANCER", "nat/KUBE-SERVICES", "filter/KUBE-IPVS-FILTER"}; !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	dump := f.Dump()
+	for _, gone := range []string{"KUBE-SERVICES", "KUBE-LOAD-BALANCER", "KUBE-IPVS-FILTER"} {
+		if strings.Contains(dump, gone) {
+			t.Errorf("%s left:\n%s", gone, dump)
+		}
+	}
+	for _, kept := range []string{"-A PREROUTING -j OTHER", "-A INPUT -j KUBE-FIREWALL"} {
+		if !strings.Contains(dump, kept) {
+			t.Errorf("%q removed:\n%s", kept, dump)
+		}
+	}
+	if again, err := CleanupUpstreamIptables(context.Background(), f); err != nil || len(again) != 0 {
+		t.Errorf("second cleanup: %v %v", again, err)
+	}
+}
