@@ -114,7 +114,7 @@ func run(ctx context.Context, newLW lwFactory, opts runOptions, h Handler) error
 	wg.Go(func() { nodes.RunWithContext(ctx) })
 	defer wg.Wait()
 
-	awaited := []cache.DoneChecker{services.synced(), slices.synced()}
+	awaited := []cache.DoneChecker{services.synced(ctx), slices.synced(ctx)}
 	if opts.awaitNode {
 		awaited = append(awaited, nodeReg.HasSyncedChecker())
 	}

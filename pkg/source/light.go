@@ -38,6 +38,7 @@ type lightInformer[T any] struct {
 	mu    sync.Mutex
 	known map[string]string // key → label
 	ctrl  cache.Controller
+	fifo  *cache.DeltaFIFO
 }
 
 func newLightInformer[T any](lw cache.ListerWatcher, example runtime.Object, k kind, transform cache.TransformFunc,
@@ -48,6 +49,7 @@ func newLightInformer[T any](lw cache.ListerWatcher, example runtime.Object, k k
 		EmitDeltaTypeReplaced: true,
 		Transformer:           transform,
 	})
+	l.fifo = fifo
 	l.ctrl = cache.New(&cache.Config{
 		Queue:             fifo,
 		ListerWatcher:     lw,
@@ -60,7 +62,33 @@ func newLightInformer[T any](lw cache.ListerWatcher, example runtime.Object, k k
 
 func (l *lightInformer[T]) run(ctx context.Context) { l.ctrl.RunWithContext(ctx) }
 
-func (l *lightInformer[T]) synced() cache.DoneChecker { return l.ctrl.HasSyncedChecker() }
+// synced returns a checker that is done once every object of the initial
+// list has been handed to the Handler. The controller's own checker is done
+// when the DeltaFIFO has popped the last initial item, before it is
+// processed; the DeltaFIFO holds its lock while an item is processed, so
+// one more locked call after that returns only once the last item is
+// handled.
+func (l *lightInformer[T]) synced(ctx context.Context) cache.DoneChecker {
+	inner := l.ctrl.HasSyncedChecker()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-inner.Done():
+			l.fifo.IsClosed() // waits for the item being processed
+			close(done)
+		case <-ctx.Done():
+		}
+	}()
+	return doneChecker{name: inner.Name(), done: done}
+}
+
+type doneChecker struct {
+	name string
+	done chan struct{}
+}
+
+func (d doneChecker) Name() string          { return d.name }
+func (d doneChecker) Done() <-chan struct{} { return d.done }
 
 // ListKeys and GetByKey make the informer the DeltaFIFO's known objects, so
 // that a relist turns the objects it no longer returns into deletions.

@@ -132,7 +132,7 @@ func TestLightInformer(t *testing.T) {
 	}
 	expect("initial list", "- → a[web][10.1.0.1]", "- → b[web][10.1.0.2]")
 	select {
-	case <-l.synced().Done():
+	case <-l.synced(ctx).Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("not synced after the initial list")
 	}
@@ -163,4 +163,55 @@ func TestLightInformer(t *testing.T) {
 	w = <-lw.watchers
 	w.Delete(lightSlice("c", "db", "10.1.0.4", "31"))
 	expect("delete", "c[db][] → -")
+}
+
+// TestLightInformerSyncedAfterLastInitialObject: the informer is synced only
+// once the Handler has returned for every object of the initial list (the
+// controller's own signal comes when the last one is popped, before it is
+// handled: the first sync could miss it).
+func TestLightInformerSyncedAfterLastInitialObject(t *testing.T) {
+	lw := &scriptedLW{
+		lists:    []*discovery.EndpointSliceList{sliceList("10", lightSlice("a", "web", "10.1.0.1", "5"), lightSlice("b", "web", "10.1.0.2", "6"))},
+		watchers: make(chan *watch.FakeWatcher, 4),
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	handled := 0
+	on := func(_, cur *discovery.EndpointSlice) {
+		if cur != nil && cur.Name == "b" {
+			<-release // the last initial object is slow to handle
+		}
+		mu.Lock()
+		handled++
+		mu.Unlock()
+	}
+	tr := newTransformer()
+	l := newLightInformer(lw, &discovery.EndpointSlice{}, kindEndpointSlice, tr.transform,
+		func(s *discovery.EndpointSlice) string { return s.Labels[discovery.LabelServiceName] },
+		func(ns, name, svc string) *discovery.EndpointSlice {
+			return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		}, on, klog.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.run(ctx); close(done) }()
+	defer func() { unblock(); cancel(); <-done }()
+	synced := l.synced(ctx)
+	select {
+	case <-synced.Done():
+		t.Fatal("synced while the last initial object is still being handled")
+	case <-time.After(300 * time.Millisecond):
+	}
+	unblock()
+	select {
+	case <-synced.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("never synced")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if handled != 2 {
+		t.Errorf("synced with %d objects handled, want 2", handled)
+	}
 }
