@@ -43,7 +43,7 @@ const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-
 
 // AnnotationLoadBalancing names the Service annotation that picks the
 // load-balancing algorithm of all its ports (see proxy.Algorithm).
-const AnnotationLoadBalancing = "kproxy.io/load-balancing"
+const AnnotationLoadBalancing = proxy.AnnotationLoadBalancing
 
 // ServiceAnnotations are the Service annotations the cache reads; a source
 // that trims objects must keep them.

@@ -1,5 +1,9 @@
 package proxy
 
+// AnnotationLoadBalancing is the Service annotation that picks the
+// load-balancing algorithm of all its ports.
+const AnnotationLoadBalancing = "kproxy.io/load-balancing"
+
 // Algorithm is how a service port spreads new connections over its endpoints.
 // The cache parses it once per Service from the kproxy.io/load-balancing
 // annotation; every backend renders the same value. Session affinity
