@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -188,4 +189,63 @@ func TestSourceHash(t *testing.T) {
 	if moved > 6 {
 		t.Errorf("%d of 20 clients moved, want at most 30%%", moved)
 	}
+}
+
+// TestLeastConnection: a least-connection Service first has one endpoint,
+// which gets 50 connections that stay open; then a second endpoint comes.
+// Within 10 s new connections go ≥ 80% to the second one (conntrack counts
+// 50 established on the first: weights 1/51 and 1).
+func TestLeastConnection(t *testing.T) {
+	top := proxytest.Default()
+	svc := top.Service("lc", 112, withLoadBalancing(proxy.AlgorithmLeastConnection))
+	objects := func(pods ...string) []any {
+		sl, err := top.Slices(svc, proxytest.Ready(pods...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []any{svc, sl[0], sl[1]}
+	}
+	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: objects(proxytest.PodB1)})
+	ctx := e.ctx(2 * time.Minute)
+	addr := clusterIP(svc, v1.IPv4Protocol)
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	for i := range 50 {
+		var conn net.Conn
+		if err := e.c.NS(proxytest.Client1).Do(func() error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr.String())
+			conn = c
+			return err
+		}); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, conn)
+		if r := echo.Exchange(ctx, conn, "hold"); r.Outcome != echo.Answer || r.Reply.Name != proxytest.PodB1 {
+			t.Fatalf("held connection %d: %v", i, r)
+		}
+	}
+	e.write("objects.yaml", objects(proxytest.PodB1, proxytest.PodB2)...)
+	t0 := time.Now()
+	var share float64
+	for time.Since(t0) < 10*time.Second {
+		counts := map[string]int{}
+		for range 50 {
+			r := e.probe(ctx, "tcp", addr, echo.ProbeOptions{})
+			if r.Outcome == echo.Answer {
+				counts[r.Reply.Name]++
+			}
+		}
+		share = float64(counts[proxytest.PodB2]) / 50
+		t.Logf("%v after the change: %v", time.Since(t0).Round(100*time.Millisecond), counts)
+		if share >= 0.8 {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Errorf("10 s after the second endpoint came, it got %.0f%% of 50 new connections, want ≥ 80%%", 100*share)
 }

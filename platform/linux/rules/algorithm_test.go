@@ -2,7 +2,9 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,15 +137,78 @@ func TestSourceHashTooManyEndpoints(t *testing.T) {
 	}
 }
 
-// TestLeastConnectionFallsBack: the iptables backend does not implement
-// least connection yet: random rules and a problem naming the port.
-func TestLeastConnectionFallsBack(t *testing.T) {
-	sp := svc("ns/lc", "10.96.0.41", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmLeastConnection), withEndpoints(algoEndpoints...))
-	plan := mustPlanner(t, testConfig(v1.IPv4Protocol)).Plan(fullInput(view(v1.IPv4Protocol, sp)))
-	if len(plan.Problems) != 1 || !strings.Contains(plan.Problems[0], "ns/lc:p: algorithm: least-connection is not implemented") {
-		t.Errorf("problems %q", plan.Problems)
+// TestLeastConnection: weighted random from the conntrack counts: with one
+// endpoint holding 50 connections, ≥ 80% (here 98%) of new connections go to
+// the other (51/52); without counts the spread is even; counts that change reach the
+// kernel through a partial plan of that port.
+func TestLeastConnection(t *testing.T) {
+	two := []proxy.Endpoint{ep(podRemote1, 8080, false), ep(podRemote2, 8080, false)}
+	sp := svc("ns/lc", "10.96.0.41", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmLeastConnection), withEndpoints(two...))
+	v := view(v1.IPv4Protocol, sp)
+	p := mustPlanner(t, testConfig(v1.IPv4Protocol))
+	rs := ruleset.New()
+	share := func() map[string]float64 {
+		t.Helper()
+		out, err := rs.Trace(ruleset.Host{}, ruleset.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]float64{}
+		for _, o := range out {
+			m[o.Dst.String()] += o.Probability
+		}
+		return m
 	}
-	if !strings.Contains(string(plan.Restore), "--mode random") {
-		t.Errorf("want random rules:\n%s", plan.Restore)
+	plan := p.Plan(fullInput(v))
+	if len(plan.Problems) > 0 {
+		t.Fatal(plan.Problems)
+	}
+	kernel(t, rs, plan)
+	if got := share(); math.Abs(got[podRemote1+":8080"]-0.5) > 1e-6 {
+		t.Errorf("without counts: %v, want even", got)
+	}
+	busy := netip.MustParseAddrPort(podRemote1 + ":8080")
+	in := Input{View: v, Changes: changed(sp.Name), Connections: map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: {busy: 50}}}
+	in.Node, in.LocalAddrs = nodeFor(v1.IPv4Protocol)
+	plan = p.Plan(in)
+	if plan.Stats.WrittenChains == 0 {
+		t.Fatalf("new counts rewrote nothing:\n%s", plan.Restore)
+	}
+	kernel(t, rs, plan)
+	got := share()
+	if idle := got[podRemote2+":8080"]; idle < 0.8 || math.Abs(idle-51.0/52) > 1e-6 {
+		t.Errorf("with 50 connections on %s: %v, want 51/52 to the idle endpoint (weights 1/51 and 1)", busy, got)
+	}
+	if want := "--probability " + savedProbability(1.0/52) + " -j DNAT --to-destination " + busy.String(); !strings.Contains(string(plan.Restore), want) {
+		t.Errorf("want %q in:\n%s", want, plan.Restore)
+	}
+}
+
+// TestLeastConnectionWeights: three endpoints, the probabilities chain to
+// the weights 1/(1+c).
+func TestLeastConnectionWeights(t *testing.T) {
+	eps := []proxy.Endpoint{ep("10.244.2.1", 80, false), ep("10.244.2.2", 80, false), ep("10.244.2.3", 80, false)}
+	conns := map[netip.AddrPort]int{eps[0].AddrPort(): 1, eps[1].AddrPort(): 3}
+	w := leastConnWeights(eps, conns)
+	want := []float64{0.5, 0.25, 1}
+	for i := range w {
+		if math.Abs(w[i]-want[i]) > 1e-12 {
+			t.Fatalf("weights %v, want %v", w, want)
+		}
+	}
+	sp := svc("ns/lc", "10.96.0.41", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmLeastConnection), withEndpoints(eps...))
+	in := fullInput(view(v1.IPv4Protocol, sp))
+	in.Connections = map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: conns}
+	rs := ruleset.New()
+	kernel(t, rs, mustPlanner(t, testConfig(v1.IPv4Protocol)).Plan(in))
+	out, err := rs.Trace(ruleset.Host{}, ruleset.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		i := slices.IndexFunc(eps, func(e proxy.Endpoint) bool { return e.AddrPort() == o.Dst })
+		if math.Abs(o.Probability-want[i]/1.75) > 1e-6 {
+			t.Errorf("%s: probability %v, want %v", o.Dst, o.Probability, want[i]/1.75)
+		}
 	}
 }

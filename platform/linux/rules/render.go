@@ -68,6 +68,9 @@ type renderer struct {
 	rejectWith   string
 	loopback     netip.Prefix
 	probabilites []string // probabilites[n] = 1/n in iptables' canonical form
+	// conns are the least-connection counts of the plan being made
+	// (Input.Connections).
+	conns map[proxy.ServicePortName]map[netip.AddrPort]int
 }
 
 func newRenderer(cfg Config) *renderer {
@@ -114,6 +117,25 @@ func (r *renderer) probability(n int) string {
 		r.probabilites = append(r.probabilites, strconv.FormatFloat(v/float64(uint64(1)<<31), 'f', 11, 64))
 	}
 	return r.probabilites[n]
+}
+
+// savedProbability renders p as iptables-save prints it (see probability).
+func savedProbability(p float64) string {
+	v := math.Round(p * float64(uint64(1)<<31))
+	return strconv.FormatFloat(v/float64(uint64(1)<<31), 'f', 11, 64)
+}
+
+// leastConnWeights gives each endpoint the weight 1/(1+c), c its
+// established connections (conns: from conntrack; nil or missing: 0), so a
+// new connection goes to an endpoint with probability inversely
+// proportional to its load plus one: with 2 endpoints, one holding 50
+// connections and one none, 51/52 (98%) go to the idle one.
+func leastConnWeights(eps []proxy.Endpoint, conns map[netip.AddrPort]int) []float64 {
+	out := make([]float64, len(eps))
+	for i, ep := range eps {
+		out[i] = 1 / float64(1+max(conns[ep.AddrPort()], 0))
+	}
+	return out
 }
 
 func protoName(p v1.Protocol) string { return strings.ToLower(string(p)) }
@@ -246,8 +268,6 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 		if n := max(len(clusterEPs), len(localEPs)); n > proxy.MaxSourceHashEndpoints {
 			problems = append(problems, problem(sp, "algorithm", "source-hash spreads over at most %d endpoints, %d here: using random", proxy.MaxSourceHashEndpoints, n))
 		}
-	case proxy.AlgorithmLeastConnection:
-		problems = append(problems, problem(sp, "algorithm", "least-connection is not implemented in the iptables backend yet: using random"))
 	}
 	nodePort := sp.NodePort
 	if nodePort < 0 || nodePort > 65535 {
@@ -473,6 +493,10 @@ func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, ep
 	}
 	n := len(eps)
 	alg := sp.EffectiveAlgorithm()
+	var weights []float64 // least connection: each endpoint's weight
+	if alg == proxy.AlgorithmLeastConnection {
+		weights = leastConnWeights(eps, r.conns[sp.Name])
+	}
 	if alg == proxy.AlgorithmSourceHash {
 		if table := proxy.SourceHashTable(eps); table != nil {
 			r.sourceHashRules(w, proto, eps, table)
@@ -493,6 +517,15 @@ func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, ep
 				w.str(" -m statistic --mode nth --every ")
 				w.b = strconv.AppendInt(w.b, int64(n-i), 10)
 				w.str(" --packet 0")
+			case proxy.AlgorithmLeastConnection:
+				// Weighted random: this endpoint's weight over the weights
+				// of the endpoints left.
+				rest := 0.0
+				for _, x := range weights[i:] {
+					rest += x
+				}
+				w.str(" -m statistic --mode random --probability ")
+				w.str(savedProbability(weights[i] / rest))
 			default:
 				w.str(" -m statistic --mode random --probability ")
 				w.str(r.probability(n - i))

@@ -108,7 +108,13 @@ func TestClusterSavedAsMask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "-p tcp -m cluster --cluster-local-nodemask 0x00000040 --cluster-total-nodes 32 --cluster-hash-seed 0x6b707278 -j ACCEPT"; r.Spec != want {
+	want := "-p tcp -m cluster --cluster-local-nodemask 0x00000040 --cluster-total-nodes 32 --cluster-hash-seed 0x6b707278 -j ACCEPT"
+	if r.Spec != want {
 		t.Errorf("spec %q, want %q", r.Spec, want)
+	}
+	// The saved form reads back (kproxy explain --live parses saves).
+	args, _ = Split(want)
+	if again, err := ParseRule(args); err != nil || again.Spec != want {
+		t.Errorf("reading the saved form: %v, %q", err, again.Spec)
 	}
 }

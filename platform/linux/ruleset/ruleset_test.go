@@ -49,7 +49,7 @@ func TestParseRuleErrors(t *testing.T) {
 		{"-m statistic --mode nth --every 3 --packet 3 -j ACCEPT", "bad --packet"},
 		{"-m statistic --mode bogus -j ACCEPT", "not modelled"},
 		{"-m cluster --cluster-total-nodes 33 --cluster-local-node 1 --cluster-hash-seed 1 -j ACCEPT", "bad --cluster-total-nodes"},
-		{"-m cluster --cluster-total-nodes 32 --cluster-local-nodemask 0x40 --cluster-hash-seed 1 -j ACCEPT", "iptables takes 1-32"},
+		{"-m cluster --cluster-total-nodes 4 --cluster-local-nodemask 0x10 --cluster-hash-seed 1 -j ACCEPT", "beyond 4 nodes"},
 		{"-m cluster --cluster-total-nodes 4 --cluster-local-node 5 --cluster-hash-seed 1 -j ACCEPT", "bad --cluster-local-node"},
 		{"-m recent --name X -j ACCEPT", "is required"},
 		{"-m recent --set --reap -j ACCEPT", "--reap needs --seconds"},

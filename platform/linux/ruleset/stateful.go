@@ -62,11 +62,12 @@ func finishCluster(m *match) error {
 	var mask uint64
 	switch {
 	case m.opts["--cluster-local-nodemask"] != "":
-		// iptables checks the mask's value against 1-32 (the node count
-		// range), so only masks up to 0x20 can be given: iptables-save
-		// prints masks it cannot read back.
-		if mask, err = strconv.ParseUint(m.opts["--cluster-local-nodemask"], 0, 32); err != nil || mask < 1 || mask > 32 {
-			return fmt.Errorf("bad --cluster-local-nodemask %q (iptables takes 1-32)", m.opts["--cluster-local-nodemask"])
+		// iptables itself reads only values 1-32 here (it checks the mask
+		// against the node count range), so kproxy writes
+		// --cluster-local-node; but iptables-save prints any mask this
+		// way, and the model reads saves (kproxy explain --live).
+		if mask, err = strconv.ParseUint(m.opts["--cluster-local-nodemask"], 0, 32); err != nil || mask == 0 {
+			return fmt.Errorf("bad --cluster-local-nodemask %q", m.opts["--cluster-local-nodemask"])
 		}
 	case m.opts["--cluster-local-node"] != "":
 		n, err := strconv.ParseUint(m.opts["--cluster-local-node"], 0, 32)
