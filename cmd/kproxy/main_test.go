@@ -15,7 +15,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 // TestDryRunExamples runs the command on docs/examples: the desired state of
 // a dual-stack Service, an externalTrafficPolicy Local Service, one with only
-// terminating endpoints and one with zone hints, as node1 in zone-a.
+// terminating endpoints, one with zone hints and one with the source-hash
+// algorithm, as node1 in zone-a.
 func TestDryRunExamples(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -60,6 +60,9 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
 		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
+		// Weights of least-connection Services, from conntrack (idle
+		// without such Services).
+		go b.RunLeastConnection(ctx)
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 		flavours[fam] = sys.Flavour
 	}

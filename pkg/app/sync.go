@@ -91,6 +91,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		s.quarantined(b)
 		s.metrics.Synced(b.Family, ch.Full, took)
 		s.metrics.NoLocalEndpoints(b.Family, snap.Family(b.Family))
+		s.metrics.PortsByAlgorithm(b.Family, snap.Family(b.Family))
 		s.health.Updated(b.Family)
 	}
 	if len(errs) > 0 {

@@ -39,13 +39,19 @@ type Options struct {
 	// must not block nor call the cache) about each frontend a Service
 	// claims but may not have: an externalIP or load balancer IP that is
 	// some Service's ClusterIP. It is called again at each recomputation of
-	// the offending Service while the conflict lasts.
+	// the offending Service while the conflict lasts. It is also told, from
+	// OnService without the lock, about an unknown kproxy.io/load-balancing
+	// value (reason ReasonUnknownLoadBalancing; random is used).
 	Conflict func(svc types.NamespacedName, reason, message string)
 }
 
 // ReasonFrontendConflict is the reason of the warnings about frontends a
 // Service claims but may not have (see Options.Conflict).
 const ReasonFrontendConflict = "FrontendConflict"
+
+// ReasonUnknownLoadBalancing is the reason of the warning about a Service
+// whose kproxy.io/load-balancing annotation names no known algorithm.
+const ReasonUnknownLoadBalancing = "UnknownLoadBalancing"
 
 // Cache is the shared, node-local desired state. It is safe for concurrent use.
 type Cache struct {
@@ -180,6 +186,13 @@ func (c *Cache) OnService(old, cur *v1.Service) {
 		info, problems = parseService(cur)
 		c.warn(problems)
 		name = types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+		if c.conflict != nil {
+			for _, p := range problems {
+				if p.Field == annotationLoadBalancingField {
+					c.conflict(name, ReasonUnknownLoadBalancing, p.Field+": "+p.Reason)
+				}
+			}
+		}
 	} else if old != nil {
 		name = types.NamespacedName{Namespace: old.Namespace, Name: old.Name}
 	} else {

@@ -59,6 +59,7 @@ func servicePorts(svc *svcInfo, sl []*sliceInfo, fam int, node *proxy.Node) []*p
 			HealthCheckNodePort:      svc.healthCheckNodePort,
 			TrafficDistribution:      svc.trafficDistribution,
 			PreserveDestination:      svc.preserveDestination,
+			Algorithm:                svc.algorithm,
 		}
 		sp.ExternalPolicyLocal = svc.externalLocal && sp.ExternallyAccessible()
 		cands := mergeEndpoints(sl, fam, p, node.Name)
@@ -258,6 +259,7 @@ func equalPorts(a, b *proxy.ServicePort) bool {
 		a.HealthCheckNodePort == b.HealthCheckNodePort &&
 		a.TrafficDistribution == b.TrafficDistribution &&
 		a.PreserveDestination == b.PreserveDestination &&
+		a.Algorithm == b.Algorithm &&
 		a.HasAnyEndpoints == b.HasAnyEndpoints &&
 		slices.Equal(a.ClusterEndpoints, b.ClusterEndpoints) &&
 		slices.Equal(a.LocalEndpoints, b.LocalEndpoints)

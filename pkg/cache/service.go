@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
 // Problem is one piece of bad input found while reading an object: the object
@@ -39,6 +41,16 @@ const annotationPreserveDestination = "preserve-destination"
 // spec.loadBalancerSourceRanges is empty.
 const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
 
+// AnnotationLoadBalancing names the Service annotation that picks the
+// load-balancing algorithm of all its ports (see proxy.Algorithm).
+const AnnotationLoadBalancing = proxy.AnnotationLoadBalancing
+
+// ServiceAnnotations are the Service annotations the cache reads; a source
+// that trims objects must keep them.
+var ServiceAnnotations = []string{annotationPreserveDestination, annotationSourceRanges, AnnotationLoadBalancing}
+
+const annotationLoadBalancingField = "metadata.annotations[" + AnnotationLoadBalancing + "]"
+
 // svcInfo is the part of a Service the proxy needs, parsed and validated once
 // when the Service arrives. It holds no endpoints.
 type svcInfo struct {
@@ -57,6 +69,7 @@ type svcInfo struct {
 	healthCheckNodePort int32
 	trafficDistribution string
 	preserveDestination bool
+	algorithm           proxy.Algorithm
 }
 
 type svcPortInfo struct {
@@ -263,6 +276,15 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 		info.trafficDistribution = *svc.Spec.TrafficDistribution
 	}
 	info.preserveDestination = svc.Annotations[annotationPreserveDestination] == "true"
+	if v, set := svc.Annotations[AnnotationLoadBalancing]; set {
+		a, ok := proxy.ParseAlgorithm(v)
+		if !ok {
+			bad(annotationLoadBalancingField, "unknown algorithm %q (want random, round-robin, source-hash or least-connection), using random", v)
+		}
+		if a != proxy.AlgorithmRandom {
+			info.algorithm = a
+		}
+	}
 	return info, problems
 }
 

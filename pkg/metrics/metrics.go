@@ -80,6 +80,7 @@ type Metrics struct {
 	healthz, livez      *prometheus.CounterVec
 	syncFailures        *prometheus.CounterVec
 	quarantined         *prometheus.GaugeVec
+	byAlgorithm         *prometheus.GaugeVec
 
 	restoreFailures        *prometheus.CounterVec
 	partialRestoreFailures *prometheus.CounterVec
@@ -141,6 +142,7 @@ func New(o Options) *Metrics {
 	m.programming = hist(upstream, "network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", programmingBuckets(), family)
 	m.endpointChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: upstream, Name: "sync_proxy_rules_endpoint_changes_total", Help: "Cumulative proxy rules Endpoint changes"})
 	m.serviceChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: upstream, Name: "sync_proxy_rules_service_changes_total", Help: "Cumulative proxy rules Service changes"})
+	m.byAlgorithm = gauge(own, "service_ports_by_algorithm", "Number of service ports per load-balancing algorithm (kproxy.io/load-balancing after session affinity; a backend without the algorithm uses random and warns)", family, "algorithm")
 	m.noLocalEndpoints = gauge(upstream, "sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", family, "traffic_policy")
 	m.healthz = counter(upstream, "proxy_healthz_total", "Cumulative proxy healthz HTTP status", "code")
 	m.livez = counter(upstream, "proxy_livez_total", "Cumulative proxy livez HTTP status", "code")
@@ -162,7 +164,7 @@ func New(o Options) *Metrics {
 
 	m.reg.MustRegister(
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
-		m.programming, m.endpointChanges, m.serviceChanges, m.noLocalEndpoints,
+		m.programming, m.endpointChanges, m.serviceChanges, m.noLocalEndpoints, m.byAlgorithm,
 		m.healthz, m.livez, m.syncFailures, m.quarantined, buildInfo,
 	)
 	if o.FrontendConflicts != nil {
@@ -214,6 +216,9 @@ func (m *Metrics) Families(fams ...v1.IPFamily) {
 		m.quarantined.WithLabelValues(fs)
 		m.noLocalEndpoints.WithLabelValues(fs, TrafficPolicyInternal)
 		m.noLocalEndpoints.WithLabelValues(fs, TrafficPolicyExternal)
+		for _, a := range proxy.Algorithms {
+			m.byAlgorithm.WithLabelValues(fs, string(a))
+		}
 		for _, c := range causes {
 			m.syncFailures.WithLabelValues(fs, string(c))
 		}
@@ -277,6 +282,20 @@ func (m *Metrics) NoLocalEndpoints(f v1.IPFamily, view *proxy.FamilyView) {
 	internal, external := CountNoLocalEndpoints(view)
 	m.noLocalEndpoints.WithLabelValues(string(f), TrafficPolicyInternal).Set(float64(internal))
 	m.noLocalEndpoints.WithLabelValues(string(f), TrafficPolicyExternal).Set(float64(external))
+}
+
+// PortsByAlgorithm sets, for family, how many service ports use each
+// load-balancing algorithm (proxy.ServicePort.EffectiveAlgorithm).
+func (m *Metrics) PortsByAlgorithm(f v1.IPFamily, view *proxy.FamilyView) {
+	counts := make(map[proxy.Algorithm]int, len(proxy.Algorithms))
+	if view != nil {
+		for _, p := range view.Sorted() {
+			counts[p.EffectiveAlgorithm()]++
+		}
+	}
+	for _, a := range proxy.Algorithms {
+		m.byAlgorithm.WithLabelValues(string(f), string(a)).Set(float64(counts[a]))
+	}
 }
 
 // Served counts one answer of the health server: path "/healthz" or

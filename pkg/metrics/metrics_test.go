@@ -65,6 +65,7 @@ var (
 		"kproxy_sync_failures_total":                               dto.MetricType_COUNTER,
 		"kproxy_sync_quarantined_service_ports":                    dto.MetricType_GAUGE,
 		"kproxy_frontend_conflicts":                                dto.MetricType_GAUGE,
+		"kproxy_service_ports_by_algorithm":                        dto.MetricType_GAUGE,
 		"kproxy_build_info":                                        dto.MetricType_GAUGE,
 		"process_start_time_seconds":                               dto.MetricType_GAUGE,
 		"go_goroutines":                                            dto.MetricType_GAUGE,
@@ -411,5 +412,31 @@ func TestCountNoLocalEndpoints(t *testing.T) {
 	}
 	if in, ex := CountNoLocalEndpoints(nil); in != 0 || ex != 0 {
 		t.Errorf("nil view: %d %d", in, ex)
+	}
+}
+
+func TestPortsByAlgorithm(t *testing.T) {
+	port := func(name string, a proxy.Algorithm, affinity int32) *proxy.ServicePort {
+		return &proxy.ServicePort{Name: proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}, Protocol: v1.ProtocolTCP},
+			Algorithm: a, AffinityTimeoutSeconds: affinity}
+	}
+	ports := map[proxy.ServicePortName]*proxy.ServicePort{}
+	for _, p := range []*proxy.ServicePort{
+		port("a", "", 0), port("b", proxy.AlgorithmRoundRobin, 0), port("c", proxy.AlgorithmRoundRobin, 0),
+		port("d", proxy.AlgorithmSourceHash, 0), port("e", proxy.AlgorithmSourceHash, 60), // affinity wins: random
+	} {
+		ports[p.Name] = p
+	}
+	m := New(Options{})
+	m.PortsByAlgorithm(v1.IPv4Protocol, proxy.NewFamilyView(v1.IPv4Protocol, ports))
+	want := map[proxy.Algorithm]float64{proxy.AlgorithmRandom: 2, proxy.AlgorithmRoundRobin: 2, proxy.AlgorithmSourceHash: 1, proxy.AlgorithmLeastConnection: 0}
+	for a, w := range want {
+		if got := testutil.ToFloat64(m.byAlgorithm.WithLabelValues("IPv4", string(a))); got != w {
+			t.Errorf("%s: %v, want %v", a, got, w)
+		}
+	}
+	m.PortsByAlgorithm(v1.IPv4Protocol, nil)
+	if got := testutil.ToFloat64(m.byAlgorithm.WithLabelValues("IPv4", string(proxy.AlgorithmRoundRobin))); got != 0 {
+		t.Errorf("after an empty view: %v", got)
 	}
 }

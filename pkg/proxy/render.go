@@ -40,7 +40,10 @@ type yamlServicePort struct {
 	InternalTrafficPolicy  string   `yaml:"internalTrafficPolicy"`
 	HealthCheckNodePort    int32    `yaml:"healthCheckNodePort,omitempty"`
 	TrafficDistribution    string   `yaml:"trafficDistribution,omitempty"`
-	HasAnyEndpoints        bool     `yaml:"hasAnyEndpoints"`
+	// Algorithm is the effective load-balancing algorithm (session affinity
+	// wins over the annotation).
+	Algorithm       string `yaml:"algorithm"`
+	HasAnyEndpoints bool   `yaml:"hasAnyEndpoints"`
 	// Endpoint lists are printed as "ip:port node=… zone=… ready|serving|terminating local".
 	ClusterEndpoints []string `yaml:"clusterEndpoints,omitempty"`
 	LocalEndpoints   []string `yaml:"localEndpoints,omitempty"`
@@ -100,6 +103,7 @@ func yamlPort(p *ServicePort) yamlServicePort {
 		InternalTrafficPolicy:  string(v1.ServiceInternalTrafficPolicyCluster),
 		HealthCheckNodePort:    p.HealthCheckNodePort,
 		TrafficDistribution:    p.TrafficDistribution,
+		Algorithm:              string(p.EffectiveAlgorithm()),
 		HasAnyEndpoints:        p.HasAnyEndpoints,
 		ClusterEndpoints:       endpointStrings(p.ClusterEndpoints),
 		LocalEndpoints:         endpointStrings(p.LocalEndpoints),

@@ -124,6 +124,10 @@ type ServicePort struct {
 	// node, with DSR and the destination IP preserved. Linux ignores it, as
 	// upstream does.
 	PreserveDestination bool
+	// Algorithm is the load-balancing algorithm the Service asks for with
+	// the kproxy.io/load-balancing annotation ("" and random are the same).
+	// Backends render EffectiveAlgorithm, where session affinity wins.
+	Algorithm Algorithm
 
 	// ClusterEndpoints are the endpoints for cluster-scoped traffic, sorted by
 	// address; nil when there are none and always when the port never uses

@@ -32,7 +32,8 @@
 // The objects are parsed by the handler, not kept here. An informer
 // transform strips, before they are queued, what the proxy
 // never reads: managedFields, ownerReferences, finalizers, every annotation
-// except endpoints.kubernetes.io/last-change-trigger-time, a Service's
+// except endpoints.kubernetes.io/last-change-trigger-time on slices and the
+// Service annotations the cache reads (cache.ServiceAnnotations), a Service's
 // selector and status conditions, an endpoint's targetRef, hostname and
 // deprecatedTopology, and everything in a Node's status except its addresses.
 // Labels are kept (the cache needs kubernetes.io/service-name on slices and

@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kproxy/kproxy/pkg/cache"
 )
 
 // transformer is the informers' transform: it strips, in place, the fields
@@ -17,7 +19,7 @@ import (
 // sharing safe.
 //
 // What it keeps is what pkg/cache and pkg/app read: Services' UID (Events),
-// spec (minus selector and IP-family bookkeeping) and load-balancer status;
+// the annotations the cache reads (cache.ServiceAnnotations), spec (minus selector and IP-family bookkeeping) and load-balancer status;
 // EndpointSlices' service-name label, trigger-time annotation, ports and
 // endpoints (addresses, conditions, node, zone, hints); Nodes' labels, spec,
 // deletion timestamp and addresses. Label selection happens before the
@@ -39,7 +41,9 @@ func init() { *sharedTrue = true }
 func (t *transformer) transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
+		kept := keptServiceAnnotations(o.Annotations)
 		stripMeta(&o.ObjectMeta)
+		o.Annotations = kept
 		o.Labels = nil
 		o.Spec.Selector = nil
 		o.Spec.IPFamilies = nil
@@ -109,6 +113,27 @@ func shareBool(b *bool) *bool {
 		return sharedTrue
 	}
 	return sharedFalse
+}
+
+// keptServiceAnnotations returns the annotations of a Service that the cache
+// reads (cache.ServiceAnnotations), nil when there are none; the map is
+// shared when nothing else was set.
+func keptServiceAnnotations(a map[string]string) map[string]string {
+	var out map[string]string
+	n := 0
+	for _, k := range cache.ServiceAnnotations {
+		if v, ok := a[k]; ok {
+			if out == nil {
+				out = make(map[string]string, 1)
+			}
+			out[k] = v
+			n++
+		}
+	}
+	if n > 0 && n == len(a) {
+		return a
+	}
+	return out
 }
 
 // stripMeta drops managedFields, ownerReferences, finalizers, the creation

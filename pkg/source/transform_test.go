@@ -120,6 +120,25 @@ func TestTransform(t *testing.T) {
 		},
 		want: &v1.Service{ObjectMeta: withLabels(cleanMeta(nil), nil), Spec: svcSpec, Status: v1.ServiceStatus{LoadBalancer: lbStatus}},
 	}, {
+		// Before this case, every Service annotation was dropped, so the
+		// cache never saw preserve-destination, the legacy source ranges
+		// or kproxy.io/load-balancing from an informer.
+		name: "service keeps the annotations the cache reads",
+		in: &v1.Service{
+			ObjectMeta: noisyMeta(map[string]string{
+				"kubectl.kubernetes.io/last-applied-configuration":       "{...}",
+				"kproxy.io/load-balancing":                               "source-hash",
+				"preserve-destination":                                   "true",
+				"service.beta.kubernetes.io/load-balancer-source-ranges": "10.0.0.0/8",
+			}),
+			Spec: withSelector,
+		},
+		want: &v1.Service{ObjectMeta: withLabels(cleanMeta(map[string]string{
+			"kproxy.io/load-balancing":                               "source-hash",
+			"preserve-destination":                                   "true",
+			"service.beta.kubernetes.io/load-balancer-source-ranges": "10.0.0.0/8",
+		}), nil), Spec: svcSpec},
+	}, {
 		name: "endpointslice keeps the trigger time",
 		in: &discovery.EndpointSlice{
 			ObjectMeta:  noisyMeta(bigAnnotations),

@@ -100,6 +100,13 @@ type Backend struct {
 	// whose cleanup failed, one per frontend (see conntrackQueue).
 	pendingCT conntrackQueue
 	last      SyncResult
+	// lastSnap is the snapshot of the last successful sync (what
+	// RunLeastConnection syncs again). conns are the least-connection
+	// counts per port, read at connsAt in connsCost.
+	lastSnap  *proxy.Snapshot
+	conns     map[proxy.ServicePortName]map[netip.AddrPort]int
+	connsAt   time.Time
+	connsCost time.Duration
 }
 
 var (
@@ -178,6 +185,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	if view == nil {
 		view = proxy.NewFamilyView(b.family, nil)
 	}
+	ch = withPorts(ch, b.refreshConns(view, ch, start))
 	exclude := b.exclusions(ctx, view, start)
 	full := ch.Full || b.needFull || !sameSet(exclude, b.excluded)
 	plan, err := b.apply(ctx, snap, ch, full, exclude)
@@ -231,6 +239,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	}
 	b.needFull = false
 	b.excluded = exclude
+	b.lastSnap = snap
 	b.last = SyncResult{Full: full, Duration: time.Since(start), Stats: plan.Stats, ConntrackDeleted: deleted}
 	klog.V(2).InfoS("Synced iptables rules", "family", b.family, "full", full, "servicePorts", plan.Stats.ServicePorts,
 		"chains", plan.Stats.Chains, "rules", plan.Stats.Rules, "writtenChains", plan.Stats.WrittenChains,
@@ -245,7 +254,8 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 // one atomic step). A take-over that fails never blocks kproxy's own rules:
 // the restore is retried without it and the take-over with a later full sync.
 func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool, exclude map[proxy.ServicePortName]bool) (*rules.Plan, error) {
-	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude}
+	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude,
+		Connections: b.conns}
 	in.Changes.Full = full
 	var to *takeoverPlan
 	if full {

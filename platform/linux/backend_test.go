@@ -120,12 +120,20 @@ func (w *world) mustSync(full bool) {
 // want compares the fake kernel with a fresh full plan of the cache's state.
 func (w *world) checkMatchesFullPlan() {
 	w.t.Helper()
+	w.checkMatchesFullPlanWith(nil)
+}
+
+// checkMatchesFullPlanWith is checkMatchesFullPlan with least-connection
+// counts.
+func (w *world) checkMatchesFullPlanWith(conns map[proxy.ServicePortName]map[netip.AddrPort]int) {
+	w.t.Helper()
 	snap, _ := w.cache.Snapshot()
 	p, err := rules.NewPlanner(w.b.opts.Rules)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	plan := p.Plan(rules.Input{View: snap.Family(w.b.family), Node: snap.Node, LocalAddrs: w.host.Addrs, Changes: proxy.Changes{Full: true}})
+	plan := p.Plan(rules.Input{View: snap.Family(w.b.family), Node: snap.Node, LocalAddrs: w.host.Addrs, Changes: proxy.Changes{Full: true},
+		Connections: conns})
 	want := ruleset.New()
 	if err := want.Restore(plan.Restore, true); err != nil {
 		w.t.Fatal(err)

@@ -162,6 +162,8 @@ type FakeConntrack struct {
 	Err error
 	// Calls counts DeleteFlows calls (each one dumps the kernel's table).
 	Calls int
+	// Counts counts CountEstablished calls.
+	Counts int
 }
 
 // DeleteFlows implements Conntrack.
@@ -178,6 +180,24 @@ func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) b
 	before := len(f.Flows[family])
 	f.Flows[family] = slices.DeleteFunc(f.Flows[family], match)
 	return before - len(f.Flows[family]), nil
+}
+
+// CountEstablished implements Conntrack: the established TCP flows per
+// reply source among eps.
+func (f *FakeConntrack) CountEstablished(family v1.IPFamily, eps map[netip.AddrPort]bool) (map[netip.AddrPort]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Counts++
+	if f.Err != nil {
+		return nil, f.Err
+	}
+	out := map[netip.AddrPort]int{}
+	for _, fl := range f.Flows[family] {
+		if fl.Protocol == v1.ProtocolTCP && fl.Established && eps[fl.ReplySrc] {
+			out[fl.ReplySrc]++
+		}
+	}
+	return out, nil
 }
 
 // FakeHost records sysctls and serves fixed addresses.

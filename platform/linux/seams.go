@@ -52,6 +52,10 @@ type Conntrack interface {
 	// DeleteFlows deletes the flows of family for which match returns true
 	// and returns how many were deleted.
 	DeleteFlows(family v1.IPFamily, match func(rules.Flow) bool) (int, error)
+	// CountEstablished counts, for each endpoint in eps, the established
+	// TCP flows of family whose reply comes from it (the connections
+	// DNATed to it). It reads the whole table.
+	CountEstablished(family v1.IPFamily, eps map[netip.AddrPort]bool) (map[netip.AddrPort]int, error)
 }
 
 // Host is the seam to the node's addresses and sysctls.

@@ -13,6 +13,7 @@ import (
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/platform/linux/rules"
@@ -237,6 +238,37 @@ func (netlinkConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) b
 	}
 	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.InetFamily(fam), flowFilter(match))
 	return int(n), err
+}
+
+// CountEstablished dumps the conntrack table of family and counts the
+// established TCP flows per reply source in eps.
+func (netlinkConntrack) CountEstablished(family v1.IPFamily, eps map[netip.AddrPort]bool) (map[netip.AddrPort]int, error) {
+	fam := netlink.FAMILY_V4
+	if family == v1.IPv6Protocol {
+		fam = netlink.FAMILY_V6
+	}
+	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.InetFamily(fam))
+	if err != nil {
+		return nil, fmt.Errorf("listing conntrack flows: %w", err)
+	}
+	out := map[netip.AddrPort]int{}
+	for _, flow := range flows {
+		if flow.Forward.Protocol != 6 {
+			continue
+		}
+		tcp, ok := flow.ProtoInfo.(*netlink.ProtoInfoTCP)
+		if !ok || tcp.State != nl.TCP_CONNTRACK_ESTABLISHED {
+			continue
+		}
+		src, ok := netip.AddrFromSlice(flow.Reverse.SrcIP)
+		if !ok {
+			continue
+		}
+		if ap := netip.AddrPortFrom(src.Unmap(), flow.Reverse.SrcPort); eps[ap] {
+			out[ap]++
+		}
+	}
+	return out, nil
 }
 
 // flowFilter adapts a match function to netlink's filter interface.

@@ -275,6 +275,10 @@ const (
 	ReasonHealthCheckNotForwarded = "HealthCheckNotForwarded"
 	// ReasonPreserveDestinationUnsupported: the annotation needs DSR.
 	ReasonPreserveDestinationUnsupported = "PreserveDestinationUnsupported"
+	// ReasonAlgorithmUnsupported: HNS has no such load-balancing
+	// algorithm (round robin, least connection; source hash before HNS
+	// 12.0); its default distribution is used.
+	ReasonAlgorithmUnsupported = "LoadBalancingAlgorithmUnsupported"
 	// ReasonNoSourceVIP: the overlay network has no source VIP; nothing is
 	// programmed for the Service until one is found.
 	ReasonNoSourceVIP = "NoSourceVIP"

@@ -297,6 +297,19 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 			b.warn(ReasonAffinityUnsupported, "sessionAffinity ClientIP needs HNS 12.0 or later; connections are balanced without affinity")
 		}
 	}
+	// The load-balancing algorithm (session affinity, above, wins: the
+	// effective algorithm is then random). HNS has two distributions:
+	// its default (spread per connection) and by source address.
+	switch alg := sp.EffectiveAlgorithm(); alg {
+	case proxy.AlgorithmSourceHash:
+		if f.Caps.SessionAffinity {
+			dist = DistributionSourceIP
+		} else {
+			b.warn(ReasonAlgorithmUnsupported, "%s %s needs HNS 12.0 or later (source IP distribution); connections are balanced by HNS's default distribution", proxy.AnnotationLoadBalancing, alg)
+		}
+	case proxy.AlgorithmRoundRobin, proxy.AlgorithmLeastConnection:
+		b.warn(ReasonAlgorithmUnsupported, "%s %s is not available in HNS load balancers; connections are balanced by HNS's default distribution", proxy.AnnotationLoadBalancing, alg)
+	}
 	extDSR := false
 	if sp.ExternalPolicyLocal && sp.ExternallyAccessible() {
 		if f.Caps.DSR {

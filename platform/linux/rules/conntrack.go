@@ -26,6 +26,9 @@ type Flow struct {
 	Protocol v1.Protocol
 	OrigDst  netip.AddrPort
 	ReplySrc netip.AddrPort
+	// Established is true for a TCP flow in the ESTABLISHED state (read
+	// for least connection; the stale-flow cleanup ignores it).
+	Established bool
 }
 
 type ctKey struct {

@@ -79,6 +79,18 @@ func TestGolden(t *testing.T) {
 			},
 		},
 		{
+			name: "ipv4-algorithms",
+			fam:  v1.IPv4Protocol,
+			ports: func() []*proxy.ServicePort {
+				eps := []proxy.Endpoint{ep(podLocal, 8080, true), ep(podRemote1, 8080, false), ep(podRemote2, 8080, false)}
+				return []*proxy.ServicePort{
+					svc("ns/rr", "10.96.0.31", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmRoundRobin), withEndpoints(eps...)),
+					svc("ns/sh", "10.96.0.32", 80, v1.ProtocolTCP, withNodePort(30032), withAlgorithm(proxy.AlgorithmSourceHash), withEndpoints(eps...)),
+					svc("ns/sh-sticky", "10.96.0.33", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmSourceHash), withAffinity(60), withEndpoints(eps...)),
+				}
+			},
+		},
+		{
 			name: "ipv6-sharded",
 			fam:  v1.IPv6Protocol,
 			cfg:  func(c *Config) { c.ShardThreshold = 2 },

@@ -119,6 +119,10 @@ func withEndpoints(eps ...proxy.Endpoint) spOpt {
 	}
 }
 
+func withAlgorithm(alg proxy.Algorithm) spOpt {
+	return func(sp *proxy.ServicePort) { sp.Algorithm = alg }
+}
+
 func withNodePort(np int32) spOpt {
 	return func(sp *proxy.ServicePort) { sp.NodePort = np; sp.Type = v1.ServiceTypeNodePort }
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -43,6 +44,11 @@ type Input struct {
 	// chains jump to (read with Existing). iptables cannot delete them: a
 	// full plan that no longer needs one keeps it, empty, instead.
 	Referenced map[string]map[string]bool
+	// Connections holds, for least-connection service ports, the
+	// established connections per endpoint read from conntrack. A port
+	// whose counts changed must be in Changes to be re-rendered. A port
+	// missing here spreads evenly.
+	Connections map[proxy.ServicePortName]map[netip.AddrPort]int
 }
 
 // Jump is a rule in a built-in chain that sends packets into kproxy's chains.
@@ -96,6 +102,9 @@ type portState struct {
 	hcPort   int32
 	nodeDeps bool
 	rules    int
+	// conns is the least-connection counts the rules were rendered with
+	// (connsKey; "" for other ports).
+	conns string
 }
 
 // Planner turns snapshots into iptables-restore input. It remembers what it
@@ -209,6 +218,7 @@ func (p *Planner) Plan(in Input) *Plan {
 		view = proxy.NewFamilyView(p.cfg.Family, nil)
 	}
 
+	p.r.conns = in.Connections
 	nodeIPs := p.r.nodeIPs(in.Node, in.LocalAddrs)
 	nodeChanged := !slices.Equal(nodeIPs, p.nodeIPs)
 	p.nodeIPs = nodeIPs
@@ -259,7 +269,8 @@ func (p *Planner) Plan(in Input) *Plan {
 			sp = nil
 		}
 		old := oldPorts[n]
-		if old != nil && sp == old.sp && !full && (!nodeChanged || !old.nodeDeps) {
+		conns := connsKey(sp, in.Connections[n])
+		if old != nil && sp == old.sp && !full && (!nodeChanged || !old.nodeDeps) && old.conns == conns {
 			continue // the same immutable value: nothing to do
 		}
 		var oldSP *proxy.ServicePort
@@ -275,6 +286,9 @@ func (p *Planner) Plan(in Input) *Plan {
 			}
 		}
 		p.updatePort(n, sp, old, full, w, &plan.Problems)
+		if st := p.ports[n]; st != nil {
+			st.conns = conns
+		}
 	}
 
 	modeChanged := p.writeDispatch(w, full)
@@ -498,4 +512,22 @@ func (p *Planner) Chains() map[string][]string {
 		sort.Strings(out[t])
 	}
 	return out
+}
+
+// connsKey renders the least-connection counts of sp's endpoints, in
+// endpoint order ("" when sp is not least-connection), so that the planner
+// re-renders a port whose counts changed.
+func connsKey(sp *proxy.ServicePort, conns map[netip.AddrPort]int) string {
+	if sp == nil || sp.EffectiveAlgorithm() != proxy.AlgorithmLeastConnection || len(conns) == 0 {
+		return ""
+	}
+	var b []byte
+	for _, list := range [][]proxy.Endpoint{sp.ClusterEndpoints, sp.LocalEndpoints} {
+		for _, ep := range list {
+			b = strconv.AppendInt(b, int64(conns[ep.AddrPort()]), 10)
+			b = append(b, ',')
+		}
+		b = append(b, ';')
+	}
+	return string(b)
 }

@@ -68,6 +68,9 @@ type renderer struct {
 	rejectWith   string
 	loopback     netip.Prefix
 	probabilites []string // probabilites[n] = 1/n in iptables' canonical form
+	// conns are the least-connection counts of the plan being made
+	// (Input.Connections).
+	conns map[proxy.ServicePortName]map[netip.AddrPort]int
 }
 
 func newRenderer(cfg Config) *renderer {
@@ -114,6 +117,25 @@ func (r *renderer) probability(n int) string {
 		r.probabilites = append(r.probabilites, strconv.FormatFloat(v/float64(uint64(1)<<31), 'f', 11, 64))
 	}
 	return r.probabilites[n]
+}
+
+// savedProbability renders p as iptables-save prints it (see probability).
+func savedProbability(p float64) string {
+	v := math.Round(p * float64(uint64(1)<<31))
+	return strconv.FormatFloat(v/float64(uint64(1)<<31), 'f', 11, 64)
+}
+
+// leastConnWeights gives each endpoint the weight 1/(1+c), c its
+// established connections (conns: from conntrack; nil or missing: 0), so a
+// new connection goes to an endpoint with probability inversely
+// proportional to its load plus one: with 2 endpoints, one holding 50
+// connections and one none, 51/52 (98%) go to the idle one.
+func leastConnWeights(eps []proxy.Endpoint, conns map[netip.AddrPort]int) []float64 {
+	out := make([]float64, len(eps))
+	for i, ep := range eps {
+		out[i] = 1 / float64(1+max(conns[ep.AddrPort()], 0))
+	}
+	return out
 }
 
 func protoName(p v1.Protocol) string { return strings.ToLower(string(p)) }
@@ -241,6 +263,12 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 	svcName, svlName, extName, fwName := kindSVC+id, kindSVL+id, kindEXT+id, kindFW+id
 	clusterEPs := r.validEndpoints(sp, "clusterEndpoints", sp.ClusterEndpoints, &problems)
 	localEPs := r.validEndpoints(sp, "localEndpoints", sp.LocalEndpoints, &problems)
+	switch sp.EffectiveAlgorithm() {
+	case proxy.AlgorithmSourceHash:
+		if n := max(len(clusterEPs), len(localEPs)); n > proxy.MaxSourceHashEndpoints {
+			problems = append(problems, problem(sp, "algorithm", "source-hash spreads over at most %d endpoints, %d here: using random", proxy.MaxSourceHashEndpoints, n))
+		}
+	}
 	nodePort := sp.NodePort
 	if nodePort < 0 || nodePort > 65535 {
 		problems = append(problems, problem(sp, "nodePort", "%d is out of range", nodePort))
@@ -430,8 +458,10 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 
 // dnatRules renders the load-balancing rules over eps: with session
 // affinity, first one "recently seen" rule per endpoint, then one rule per
-// endpoint taken with probability 1/(remaining endpoints), the last one
-// unconditionally. It is the hot loop of a full plan: it appends bytes
+// endpoint, the last one unconditional, the others taken (by the port's
+// algorithm) with probability 1/(remaining endpoints) or every (remaining
+// endpoints)-th time (round robin); source-hash ports get one rule per slot
+// of proxy.SourceHashTable instead (sourceHashRules). It is the hot loop of a full plan: it appends bytes
 // directly.
 func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, eps []proxy.Endpoint) {
 	affinity := sp.AffinityTimeoutSeconds > 0
@@ -462,13 +492,44 @@ func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, ep
 		}
 	}
 	n := len(eps)
+	alg := sp.EffectiveAlgorithm()
+	var weights []float64 // least connection: each endpoint's weight
+	if alg == proxy.AlgorithmLeastConnection {
+		weights = leastConnWeights(eps, r.conns[sp.Name])
+	}
+	if alg == proxy.AlgorithmSourceHash {
+		if table := proxy.SourceHashTable(eps); table != nil {
+			r.sourceHashRules(w, proto, eps, table)
+			return
+		}
+		alg = proxy.AlgorithmRandom
+	}
 	for i, ep := range eps {
 		w.begin()
 		w.str(" -p ")
 		w.str(proto)
 		if i < n-1 {
-			w.str(" -m statistic --mode random --probability ")
-			w.str(r.probability(n - i))
+			switch alg {
+			case proxy.AlgorithmRoundRobin:
+				// nth counts the packets (first packets of connections, in
+				// nat) that reach this rule: the i-th rule sees n-i of every
+				// n and takes the first of them.
+				w.str(" -m statistic --mode nth --every ")
+				w.b = strconv.AppendInt(w.b, int64(n-i), 10)
+				w.str(" --packet 0")
+			case proxy.AlgorithmLeastConnection:
+				// Weighted random: this endpoint's weight over the weights
+				// of the endpoints left.
+				rest := 0.0
+				for _, x := range weights[i:] {
+					rest += x
+				}
+				w.str(" -m statistic --mode random --probability ")
+				w.str(savedProbability(weights[i] / rest))
+			default:
+				w.str(" -m statistic --mode random --probability ")
+				w.str(r.probability(n - i))
+			}
 		}
 		if affinity {
 			w.str(" -m recent --set --name ")
@@ -482,6 +543,56 @@ func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, ep
 		w.end()
 	}
 }
+
+// sourceHashRules renders the source-hash table: one rule per slot, "the
+// connections whose original source address hashes (jhash with a constant
+// seed, over SourceHashSlots) to this slot go to its endpoint", the kernel's
+// cluster match. The endpoint with the most slots takes the rest in a last,
+// unconditional rule. (One rule per slot because iptables accepts only
+// values up to 32 for --cluster-local-nodemask, so a mask of several slots
+// cannot be written.)
+func (r *renderer) sourceHashRules(w *builder, proto string, eps []proxy.Endpoint, table []int) {
+	load := make([]int, len(eps))
+	for _, e := range table {
+		load[e]++
+	}
+	rest := 0
+	for e, l := range load {
+		if l > load[rest] {
+			rest = e
+		}
+	}
+	for s, e := range table {
+		if e == rest {
+			continue
+		}
+		w.begin()
+		w.str(" -p ")
+		w.str(proto)
+		w.str(" -m cluster --cluster-local-node ")
+		w.b = strconv.AppendInt(w.b, int64(s+1), 10)
+		w.str(clusterSuffix)
+		w.str(" -j DNAT --to-destination ")
+		w.b = eps[e].AddrPort().AppendTo(w.b)
+		w.end()
+	}
+	w.begin()
+	w.str(" -p ")
+	w.str(proto)
+	w.str(" -j DNAT --to-destination ")
+	w.b = eps[rest].AddrPort().AppendTo(w.b)
+	w.end()
+}
+
+// clusterSeed is the seed of the source-hash cluster match: a constant, so
+// that a client reaches the same endpoint from every node and after every
+// restart ("kprx").
+const clusterSeed = 0x6b707278
+
+// clusterSuffix follows the slot in a source-hash rule. iptables-save
+// prints the slot as --cluster-local-nodemask (1 << (slot-1)), then these,
+// in this order.
+var clusterSuffix = fmt.Sprintf(" --cluster-total-nodes %d --cluster-hash-seed 0x%08x", proxy.SourceHashSlots, clusterSeed)
 
 // ipShardKey is the last byte of an address: ClusterIPs are allocated at
 // random in the service range, so it spreads them evenly.

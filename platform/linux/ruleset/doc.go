@@ -22,7 +22,10 @@
 // kube-proxy use: -s, -d (with prefix or arbitrary dotted/colon masks), -p,
 // -i, -o, and the matches comment, tcp, udp, sctp (--dport, --sport),
 // addrtype (--src-type/--dst-type LOCAL), mark, conntrack (--ctstate),
-// statistic (random), recent and multiport (--dports); the targets ACCEPT,
+// statistic (random, and nth with a per-rule counter shared by successive
+// traces, reset when a restore rewrites the rule), cluster (the kernel's jhash
+// of the source address; see ClusterSlot), recent and multiport (--dports);
+// the targets ACCEPT,
 // DROP, RETURN, REJECT, DNAT, SNAT, MARK, MASQUERADE and jumps (-j) or gotos
 // (-g) to user chains.
 package ruleset

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Split splits one line of iptables-restore input into arguments, honouring
@@ -143,6 +144,14 @@ type match struct {
 	dstType        string
 	recentName     string
 	recentMode     string // set, update, rcheck, remove
+	// statistic --mode nth: every is --every minus one, as the kernel keeps
+	// it; nth holds the counter, shared by every trace (one per rule, as the
+	// kernel keeps one per rule instance).
+	nth   bool
+	every uint32
+	count *atomic.Uint32
+	// cluster: total nodes (slots), the mask of matching slots, the seed.
+	clusterTotal, clusterMask, clusterSeed uint32
 }
 
 // target is the rule's verdict.
@@ -257,7 +266,7 @@ func ParseRule(args []string) (*Rule, error) {
 				return nil, err
 			}
 			switch v {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "statistic", "recent", "multiport":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "statistic", "recent", "multiport", "cluster":
 			default:
 				return nil, fmt.Errorf("unknown match %q", v)
 			}
@@ -296,6 +305,7 @@ func ParseRule(args []string) (*Rule, error) {
 			return nil, err
 		}
 	}
+	r.Spec = saveCluster(r.Spec)
 	return r, nil
 }
 
@@ -309,7 +319,9 @@ var optionArity = map[string]map[string]bool{
 	"addrtype":  {"--src-type": true, "--dst-type": true},
 	"mark":      {"--mark": true},
 	"conntrack": {"--ctstate": true},
-	"statistic": {"--mode": true, "--probability": true},
+	"statistic": {"--mode": true, "--probability": true, "--every": true, "--packet": true},
+	"cluster": {"--cluster-total-nodes": true, "--cluster-local-nodemask": true, "--cluster-local-node": true,
+		"--cluster-hash-seed": true},
 	"recent": {"--set": false, "--update": false, "--rcheck": false, "--remove": false,
 		"--seconds": true, "--reap": false, "--name": true, "--mask": true, "--rsource": false,
 		"--rdest": false, "--hitcount": true, "--rttl": false},
@@ -396,12 +408,17 @@ func finishMatch(m *match) error {
 			}
 		}
 	case "statistic":
+		if m.opts["--mode"] == "nth" {
+			return finishNth(m)
+		}
 		if m.opts["--mode"] != "random" {
 			return fmt.Errorf("statistic mode %q not modelled", m.opts["--mode"])
 		}
 		if m.probability, err = strconv.ParseFloat(m.opts["--probability"], 64); err != nil || m.probability < 0 || m.probability > 1 {
 			return fmt.Errorf("bad probability %q", m.opts["--probability"])
 		}
+	case "cluster":
+		return finishCluster(m)
 	case "recent":
 		m.recentName = m.opts["--name"]
 		if m.recentName == "" {

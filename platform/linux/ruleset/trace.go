@@ -370,6 +370,10 @@ func (r *Rule) evaluate(h Host, st state) (yes, no *state, err error) {
 		case "conntrack":
 			ok = hasState(m.states, st.dnat, st.masq) != m.neg["--ctstate"]
 		case "statistic":
+			if m.nth {
+				ok = m.nthMatch() != m.neg["--every"]
+				break
+			}
 			if split != nil {
 				return nil, nil, fmt.Errorf("more than one statistic match")
 			}
@@ -381,6 +385,8 @@ func (r *Rule) evaluate(h Host, st state) (yes, no *state, err error) {
 				split = nil
 			}
 			ok = y.prob > 0
+		case "cluster":
+			ok = m.clusterMatch(p.Src) != m.neg["--cluster-local-nodemask"] != m.neg["--cluster-local-node"]
 		case "recent":
 			in := slices.Contains(h.Recent[m.recentName], p.Src)
 			switch m.recentMode {

@@ -210,6 +210,9 @@ type ProbeOptions struct {
 	// LocalPort binds the client to this source port (0: any). Reusing a
 	// port keeps the same UDP conntrack entry.
 	LocalPort int
+	// LocalAddr binds the client to this source address (zero: the one the
+	// route chooses); it must be assigned in the client's namespace.
+	LocalAddr netip.Addr
 }
 
 func (o ProbeOptions) withDefaults() ProbeOptions {
@@ -246,13 +249,16 @@ func Probe(ctx context.Context, proto string, addr netip.AddrPort, opts ProbeOpt
 	return r
 }
 
-func localAddr(network string, addr netip.AddrPort, port int) net.Addr {
-	if port == 0 {
+func localAddr(network string, addr netip.AddrPort, port int, src netip.Addr) net.Addr {
+	if port == 0 && !src.IsValid() {
 		return nil
 	}
 	ip := net.IPv4zero
 	if addr.Addr().Is6() && !addr.Addr().Is4In6() {
 		ip = net.IPv6unspecified
+	}
+	if src.IsValid() {
+		ip = net.IP(src.AsSlice())
 	}
 	if network == "udp" {
 		return &net.UDPAddr{IP: ip, Port: port}
@@ -261,7 +267,7 @@ func localAddr(network string, addr netip.AddrPort, port int) net.Addr {
 }
 
 func probeTCP(ctx context.Context, addr netip.AddrPort, opts ProbeOptions) Result {
-	d := net.Dialer{LocalAddr: localAddr("tcp", addr, opts.LocalPort)}
+	d := net.Dialer{LocalAddr: localAddr("tcp", addr, opts.LocalPort, opts.LocalAddr)}
 	c, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return classify(fmt.Errorf("connect %s: %w", addr, err))
@@ -290,7 +296,7 @@ func Exchange(ctx context.Context, c net.Conn, payload string) Result {
 }
 
 func probeUDP(ctx context.Context, addr netip.AddrPort, opts ProbeOptions) Result {
-	d := net.Dialer{LocalAddr: localAddr("udp", addr, opts.LocalPort)}
+	d := net.Dialer{LocalAddr: localAddr("udp", addr, opts.LocalPort, opts.LocalAddr)}
 	c, err := d.DialContext(ctx, "udp", addr.String())
 	if err != nil {
 		return classify(fmt.Errorf("open udp socket to %s: %w", addr, err))

@@ -1,0 +1,144 @@
+package linux
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+)
+
+// LeastConnRefresh is how often the established connections of the
+// least-connection service ports' endpoints are read from conntrack, at
+// most: a read costs a dump of the whole conntrack table of the family, so
+// the next read waits at least leastConnCostFactor times as long as the last
+// one took (reading then takes at most a tenth of one core).
+const LeastConnRefresh = 5 * time.Second
+
+const leastConnCostFactor = 10
+
+// leastConnEndpoints lists the endpoints of the least-connection TCP ports
+// of view, per port. Only TCP has connections conntrack calls established:
+// UDP and SCTP least-connection ports spread evenly.
+func leastConnEndpoints(view *proxy.FamilyView) map[proxy.ServicePortName][]proxy.Endpoint {
+	var out map[proxy.ServicePortName][]proxy.Endpoint
+	for _, sp := range view.Sorted() {
+		if sp.EffectiveAlgorithm() != proxy.AlgorithmLeastConnection || sp.Protocol != v1.ProtocolTCP {
+			continue
+		}
+		if out == nil {
+			out = map[proxy.ServicePortName][]proxy.Endpoint{}
+		}
+		out[sp.Name] = sp.AllReachableEndpoints()
+	}
+	return out
+}
+
+// refreshConns reads the connection counts of the least-connection ports
+// when they are due (every LeastConnRefresh, or at once when ch changes one
+// of them: new endpoints get counts from the start; both within the cost
+// cap) and returns the ports whose counts changed (to be re-rendered). b.mu
+// must be held.
+func (b *Backend) refreshConns(view *proxy.FamilyView, ch proxy.Changes, now time.Time) map[proxy.ServicePortName]struct{} {
+	ports := leastConnEndpoints(view)
+	if len(ports) == 0 {
+		b.conns = nil
+		return nil
+	}
+	due := b.connsDue(now)
+	if !due && now.Sub(b.connsAt) >= leastConnCostFactor*b.connsCost {
+		for n := range ports {
+			if ch.Changed(n) {
+				due = true
+				break
+			}
+		}
+	}
+	if !due {
+		// Keep the counts of the ports still there; new ones spread evenly
+		// until the next read.
+		return nil
+	}
+	want := map[netip.AddrPort]bool{}
+	for _, eps := range ports {
+		for _, ep := range eps {
+			want[ep.AddrPort()] = true
+		}
+	}
+	begin := time.Now()
+	counts, err := b.opts.Conntrack.CountEstablished(b.family, want)
+	b.connsCost = time.Since(begin)
+	b.connsAt = now
+	if err != nil {
+		// Keep the last counts: least connection degrades to stale weights.
+		klog.ErrorS(err, "Reading connection counts for least-connection Services failed", "family", b.family)
+		return nil
+	}
+	next := make(map[proxy.ServicePortName]map[netip.AddrPort]int, len(ports))
+	changed := map[proxy.ServicePortName]struct{}{}
+	for n, eps := range ports {
+		m := make(map[netip.AddrPort]int, len(eps))
+		for _, ep := range eps {
+			if c := counts[ep.AddrPort()]; c > 0 {
+				m[ep.AddrPort()] = c
+			}
+		}
+		next[n] = m
+		if !maps.Equal(m, b.conns[n]) {
+			changed[n] = struct{}{}
+		}
+	}
+	b.conns = next
+	klog.V(4).InfoS("Read least-connection counts", "family", b.family, "ports", len(ports), "endpoints", len(want),
+		"changed", len(changed), "took", b.connsCost)
+	return changed
+}
+
+// connsDue reports whether the periodic read of the counts is due. b.mu
+// must be held.
+func (b *Backend) connsDue(now time.Time) bool {
+	return b.connsAt.IsZero() || now.Sub(b.connsAt) >= max(LeastConnRefresh, leastConnCostFactor*b.connsCost)
+}
+
+// withPorts returns ch with extra ports added (ch is not modified).
+func withPorts(ch proxy.Changes, extra map[proxy.ServicePortName]struct{}) proxy.Changes {
+	if len(extra) == 0 || ch.Full {
+		return ch
+	}
+	ports := make(map[proxy.ServicePortName]struct{}, len(ch.Ports)+len(extra))
+	maps.Copy(ports, ch.Ports)
+	maps.Copy(ports, extra)
+	ch.Ports = ports
+	return ch
+}
+
+// RunLeastConnection refreshes the weights of least-connection service
+// ports until ctx is done: checking every second, when the last sync
+// succeeded, some port asks for least connection and a read is due, it
+// syncs the last snapshot again, which reads the counts and rewrites only
+// the chains of the ports whose counts changed. It does nothing for a node
+// without such ports.
+func (b *Backend) RunLeastConnection(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		snap, ok := b.lastSnap, !b.needFull && b.lastSnap != nil && b.conns != nil && b.connsDue(time.Now())
+		b.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if err := b.Sync(ctx, snap, proxy.Changes{}); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Refreshing least-connection weights failed", "family", b.family)
+		}
+	}
+}
