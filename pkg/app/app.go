@@ -176,7 +176,14 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	// Frontend conflicts found by the cache become warnings (log + Event)
 	// once the reporter exists; until then (dry run) the cache's log says it.
 	var warn atomic.Pointer[reporter]
-	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: q.notify,
+	defAlg, known := SchedulerAlgorithm(o.IPVSScheduler())
+	if !known {
+		logger.Info("Warning: ipvs.scheduler has no kproxy equivalent; Services without the kproxy.io/load-balancing annotation are balanced at random",
+			"scheduler", o.IPVSScheduler())
+	} else if defAlg != "" {
+		logger.Info("Node-wide load-balancing algorithm from ipvs.scheduler", "scheduler", o.IPVSScheduler(), "algorithm", defAlg)
+	}
+	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: q.notify, DefaultAlgorithm: defAlg,
 		Conflict: func(svc types.NamespacedName, reason, message string) {
 			if r := warn.Load(); r != nil {
 				r.warn(svc, reason, message)
@@ -318,6 +325,24 @@ func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// SchedulerAlgorithm maps an IPVS scheduler name (ipvs.scheduler in mode
+// ipvs) to kproxy's load-balancing algorithm: rr → round robin, sh → source
+// hash, lc → least connection; "" → none (random). Any other scheduler is
+// not known (random, warned).
+func SchedulerAlgorithm(s string) (proxy.Algorithm, bool) {
+	switch s {
+	case "":
+		return "", true
+	case "rr":
+		return proxy.AlgorithmRoundRobin, true
+	case "sh":
+		return proxy.AlgorithmSourceHash, true
+	case "lc":
+		return proxy.AlgorithmLeastConnection, true
+	}
+	return proxy.AlgorithmRandom, false
 }
 
 // nodeWait bounds how long kproxy waits for its Node object at start: for

@@ -73,3 +73,16 @@ func TestWaitNode(t *testing.T) {
 		t.Error("cancelled wait returned nil")
 	}
 }
+
+func TestSchedulerAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		want  proxy.Algorithm
+		known bool
+	}{{"", "", true}, {"rr", proxy.AlgorithmRoundRobin, true}, {"sh", proxy.AlgorithmSourceHash, true},
+		{"lc", proxy.AlgorithmLeastConnection, true}, {"wrr", proxy.AlgorithmRandom, false}} {
+		if got, known := SchedulerAlgorithm(tc.in); got != tc.want || known != tc.known {
+			t.Errorf("SchedulerAlgorithm(%q) = %q, %v; want %q, %v", tc.in, got, known, tc.want, tc.known)
+		}
+	}
+}

@@ -32,14 +32,16 @@ func TestLoadBalancingAnnotation(t *testing.T) {
 		problem   string
 	}{
 		{"no annotation", nil, "", proxy.AlgorithmRandom, ""},
-		{"empty", []func(*v1.Service){lbAnnotation("")}, "", proxy.AlgorithmRandom, ""},
-		{"random", []func(*v1.Service){lbAnnotation("random")}, "", proxy.AlgorithmRandom, ""},
+		// Set explicitly (random too, and what is unknown): it wins over
+		// the node's default algorithm.
+		{"empty", []func(*v1.Service){lbAnnotation("")}, proxy.AlgorithmRandom, proxy.AlgorithmRandom, ""},
+		{"random", []func(*v1.Service){lbAnnotation("random")}, proxy.AlgorithmRandom, proxy.AlgorithmRandom, ""},
 		{"round-robin", []func(*v1.Service){lbAnnotation("round-robin")}, proxy.AlgorithmRoundRobin, proxy.AlgorithmRoundRobin, ""},
 		{"source-hash", []func(*v1.Service){lbAnnotation("source-hash")}, proxy.AlgorithmSourceHash, proxy.AlgorithmSourceHash, ""},
 		{"least-connection", []func(*v1.Service){lbAnnotation("least-connection")}, proxy.AlgorithmLeastConnection, proxy.AlgorithmLeastConnection, ""},
-		{"unknown", []func(*v1.Service){lbAnnotation("rr")}, "", proxy.AlgorithmRandom,
+		{"unknown", []func(*v1.Service){lbAnnotation("rr")}, proxy.AlgorithmRandom, proxy.AlgorithmRandom,
 			`Service ns/a: metadata.annotations[kproxy.io/load-balancing]: unknown algorithm "rr" (want random, round-robin, source-hash or least-connection), using random`},
-		{"case matters", []func(*v1.Service){lbAnnotation("Round-Robin")}, "", proxy.AlgorithmRandom, "unknown algorithm"},
+		{"case matters", []func(*v1.Service){lbAnnotation("Round-Robin")}, proxy.AlgorithmRandom, proxy.AlgorithmRandom, "unknown algorithm"},
 		{"affinity wins", []func(*v1.Service){lbAnnotation("round-robin"), affinity}, proxy.AlgorithmRoundRobin, proxy.AlgorithmRandom, ""},
 	}
 	for _, tc := range tests {

@@ -43,6 +43,10 @@ type Options struct {
 	// OnService without the lock, about an unknown kproxy.io/load-balancing
 	// value (reason ReasonUnknownLoadBalancing; random is used).
 	Conflict func(svc types.NamespacedName, reason, message string)
+	// DefaultAlgorithm is the load-balancing algorithm of Services without
+	// the kproxy.io/load-balancing annotation ("" or random: random); the
+	// node-wide default (ipvs.scheduler in mode ipvs).
+	DefaultAlgorithm proxy.Algorithm
 }
 
 // ReasonFrontendConflict is the reason of the warnings about frontends a
@@ -59,6 +63,7 @@ type Cache struct {
 	notify   func()
 	log      klog.Logger
 	conflict func(svc types.NamespacedName, reason, message string)
+	defAlg   proxy.Algorithm
 
 	mu       sync.Mutex
 	synced   bool
@@ -155,6 +160,7 @@ func New(opts Options) *Cache {
 		changed:   map[proxy.ServicePortName]uint64{},
 		node:      proxy.Node{Name: opts.NodeName},
 		conflict:  opts.Conflict,
+		defAlg:    opts.DefaultAlgorithm,
 		owners:    map[netip.Addr]int{},
 		claims:    map[netip.Addr]map[types.NamespacedName]struct{}{},
 		conflicts: map[types.NamespacedName]int{},
@@ -388,6 +394,11 @@ func (c *Cache) recomputeLocked(gen uint64) bool {
 		delete(c.conflicts, name)
 		if svc := c.services[name]; svc != nil {
 			svc = c.ownedFrontends(svc)
+			if svc.algorithm == "" && c.defAlg != "" && c.defAlg != proxy.AlgorithmRandom {
+				cp := *svc
+				cp.algorithm = c.defAlg
+				svc = &cp
+			}
 			sl := sortedSlices(c.slices[name])
 			for fam := range fresh {
 				fresh[fam] = servicePorts(svc, sl, fam, &c.node)

@@ -121,3 +121,20 @@ func TestPreserveDestinationAnnotation(t *testing.T) {
 		t.Error("the annotation's removal is not a change")
 	}
 }
+
+func TestDefaultAlgorithm(t *testing.T) {
+	c := New(Options{NodeName: thisNode, DefaultAlgorithm: proxy.AlgorithmRoundRobin})
+	plain := svc("ns/plain", []string{"10.96.0.80"}, []string{"80"})
+	explicit := svc("ns/explicit", []string{"10.96.0.81"}, []string{"80"})
+	explicit.Annotations = map[string]string{proxy.AnnotationLoadBalancing: "random"}
+	c.OnService(nil, plain)
+	c.OnService(nil, explicit)
+	snap, _ := c.Snapshot()
+	got := map[string]proxy.Algorithm{}
+	for _, sp := range snap.IPv4.Sorted() {
+		got[sp.Name.Name] = sp.EffectiveAlgorithm()
+	}
+	if got["plain"] != proxy.AlgorithmRoundRobin || got["explicit"] != proxy.AlgorithmRandom {
+		t.Errorf("algorithms %v, want plain round-robin (the node default) and explicit random (its annotation)", got)
+	}
+}

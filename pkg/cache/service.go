@@ -281,9 +281,8 @@ func parseService(svc *v1.Service) (*svcInfo, []Problem) {
 		if !ok {
 			bad(annotationLoadBalancingField, "unknown algorithm %q (want random, round-robin, source-hash or least-connection), using random", v)
 		}
-		if a != proxy.AlgorithmRandom {
-			info.algorithm = a
-		}
+		info.algorithm = a // set explicitly (random too): wins over the node's default
+
 	}
 	return info, problems
 }

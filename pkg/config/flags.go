@@ -129,7 +129,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v time.Duration) { setSyncPeriod(c, true, false, v) })
 	dur("ipvs-min-sync-period", "ipvs.minSyncPeriod", d.IPVS.MinSyncPeriod.Duration, "In ipvs mode: shortest time between two syncs of the proxy rules; 0 syncs on every change.",
 		func(c *kpc, v time.Duration) { setSyncPeriod(c, true, true, v) })
-	str("ipvs-scheduler", "ipvs.scheduler", d.IPVS.Scheduler, "The ipvs scheduler (rr, sh, lc, ...) when the proxy mode is ipvs. Kept in the configuration; kproxy load-balances randomly for now (warned).",
+	str("ipvs-scheduler", "ipvs.scheduler", d.IPVS.Scheduler, "The ipvs scheduler when the proxy mode is ipvs: the node-wide load-balancing algorithm of Services without the kproxy.io/load-balancing annotation (rr: round-robin, sh: source-hash, lc: least-connection; others: random, warned).",
 		func(c *kpc, v string) { c.IPVS.Scheduler = v })
 	ipvsExclude := fs.StringSlice("ipvs-exclude-cidrs", d.IPVS.ExcludeCIDRs, "CIDRs the ipvs proxier should not touch when cleaning up IPVS rules. Accepted for compatibility and ignored (warned).")
 	o.bind("ipvs-exclude-cidrs", "ipvs.excludeCIDRs", func(c *kpc) { c.IPVS.ExcludeCIDRs = trimAll(*ipvsExclude) })
