@@ -85,6 +85,10 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o *config.Options, code
 
 // runOptions runs kproxy with completed, valid options.
 func runOptions(ctx context.Context, o *config.Options, stdout, stderr io.Writer) int {
+	if err := applyLogging(&o.Config.Logging); err != nil {
+		_, _ = fmt.Fprintf(stderr, "kproxy: logging: %v\n", err)
+		return 1
+	}
 	logger := klog.Background()
 	for _, w := range o.Warnings() {
 		logger.Info("Warning: configuration", "problem", w)

@@ -325,8 +325,8 @@ func (o *Options) Warnings() []string {
 	if c.WindowsRunAsService {
 		w = append(w, "windowsRunAsService in the config file is ignored, as upstream: use the --windows-service flag")
 	}
-	if c.Logging.Format != "" && c.Logging.Format != "text" {
-		w = append(w, fmt.Sprintf("logging.format %q is ignored: kproxy logs in klog's text format", c.Logging.Format))
+	if c.Logging.Format != "" && c.Logging.Format != "text" && c.Logging.Format != "json" {
+		w = append(w, fmt.Sprintf("logging.format %q is not known: kproxy logs in klog's text format", c.Logging.Format))
 	}
 	if c.Logging.Options.Text.SplitStream || c.Logging.Options.JSON.SplitStream {
 		w = append(w, "logging split streams are ignored: kproxy writes one log stream (stderr)")
