@@ -8,8 +8,8 @@ import (
 // The text format is klog's own (nothing to do); "json" is component-base's
 // JSON logger, as in kube-proxy (--logging-format=json, logging.format).
 func applyLogging(c *logsapi.LoggingConfiguration) error {
-	if c.Format == "" || c.Format == logsapi.DefaultLogFormat {
-		return nil
+	if c.Format != "json" {
+		return nil // text, or a format kproxy does not know (warned): text
 	}
 	logsapi.SetRecommendedLoggingConfiguration(c) // fills what is unset (flush frequency)
 	return logsapi.ValidateAndApply(c, nil)
