@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kproxy/kproxy/pkg/proxytest"
-	"github.com/kproxy/kproxy/platform/linux/netns/echo"
 )
 
 // RestartServicesEnv sets the number of Services of TestRestartAtScale
@@ -97,36 +95,10 @@ func TestRestartAtScale(t *testing.T) {
 	t.Logf("%d Services: manifests written and first start programmed in %v", n, time.Since(begin).Round(time.Millisecond))
 	ctx := e.ctx(10 * time.Minute)
 
+	connecting := e.connectAllAlong(ctx, probed)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var failures []string
-	count := 0
-	node1, _ := top.Node(proxytest.Node1)
-	wg.Add(2)
-	go func() { // new connections all along
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			fam := families()[i%2]
-			var r echo.Result
-			if i%4 < 2 {
-				r = e.probe(ctx, "tcp", clusterIP(probed, fam), echo.ProbeOptions{})
-			} else {
-				r = e.c.Probe(ctx, proxytest.Outside, "tcp", netip.AddrPortFrom(node1.Addr(fam), uint16(probed.Spec.Ports[0].NodePort)), echo.ProbeOptions{Timeout: time.Second})
-			}
-			mu.Lock()
-			count++
-			if r.Outcome != echo.Answer {
-				failures = append(failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), r))
-			}
-			mu.Unlock()
-		}
-	}()
+	wg.Add(1)
 	go func() { // endpoint churn all along
 		defer wg.Done()
 		for round := 1; ; round++ {
@@ -172,6 +144,7 @@ func TestRestartAtScale(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	count, failures := connecting()
 	t.Logf("%d Services: %d new connections during three restarts with churn, %d failed", n, count, len(failures))
 	for _, f := range failures {
 		t.Errorf("new connection failed: %s", f)

@@ -286,15 +286,44 @@ func TestRestart(t *testing.T) {
 	exchange("before")
 
 	// New connections all along, from a pod and from outside (NodePort).
+	connecting := e.connectAllAlong(ctx, svc)
+
+	for _, how := range []string{"SIGTERM", "SIGKILL"} {
+		var err error
+		if how == "SIGTERM" {
+			err = e.p.Stop(10 * time.Second)
+		} else {
+			err = e.p.Kill()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", how, err)
+		}
+		time.Sleep(time.Second) // down for a while
+		exchange("while down after " + how)
+		e.start()
+		time.Sleep(time.Second) // and up for a while
+		exchange("after restart after " + how)
+	}
+	count, failures := connecting()
+	t.Logf("%d new connections during two restarts, %d failed", count, len(failures))
+	for _, f := range failures {
+		t.Errorf("new connection failed: %s", f)
+	}
+}
+
+// connectAllAlong opens a new connection every 50 ms, alternating families,
+// to svc's ClusterIP from a pod and to its NodePort from outside, until the
+// returned function is called; that returns how many were made and the
+// failed ones.
+func (e *env) connectAllAlong(ctx context.Context, svc *v1.Service) func() (int, []string) {
 	stop := make(chan struct{})
-	var failures []string
 	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var failures []string
 	count := 0
-	wg.Add(1)
+	done := make(chan struct{})
+	node1, _ := e.top.Node(proxytest.Node1)
 	go func() {
-		defer wg.Done()
-		node1, _ := top.Node(proxytest.Node1)
+		defer close(done)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -316,28 +345,12 @@ func TestRestart(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-
-	for _, how := range []string{"SIGTERM", "SIGKILL"} {
-		var err error
-		if how == "SIGTERM" {
-			err = e.p.Stop(10 * time.Second)
-		} else {
-			err = e.p.Kill()
-		}
-		if err != nil {
-			t.Errorf("%s: %v", how, err)
-		}
-		time.Sleep(time.Second) // down for a while
-		exchange("while down after " + how)
-		e.start()
-		time.Sleep(time.Second) // and up for a while
-		exchange("after restart after " + how)
-	}
-	close(stop)
-	wg.Wait()
-	t.Logf("%d new connections during two restarts, %d failed", count, len(failures))
-	for _, f := range failures {
-		t.Errorf("new connection failed: %s", f)
+	return func() (int, []string) {
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return count, failures
 	}
 }
 
