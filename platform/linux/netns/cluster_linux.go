@@ -55,7 +55,8 @@ type Cluster struct {
 // Setup sweeps leftovers of dead runs, then builds the topology:
 //
 //   - lan: bridge br0 (192.168.50.254, fd00:50::254: a router that forwards
-//     nothing), one port per node and the outside client;
+//     nothing and answers nothing: blackhole default routes), one port per
+//     node and the outside client;
 //   - each node: eth0 on the node network, default route to the lan router,
 //     routes to the other node's pod CIDRs via that node, forwarding on; one
 //     veth per pod ("v-<pod>") carrying the node's pod gateway address and a
@@ -131,6 +132,12 @@ func (c *Cluster) build(ctx context.Context, opts Options) error {
 		"link set br0 up",
 		fmt.Sprintf("addr add %s/%d dev br0", router4, t.NodeNetwork4.Bits()),
 		fmt.Sprintf("addr add %s/%d dev br0 nodad", router6, t.NodeNetwork6.Bits()),
+		// The router forwards nothing, silently. Without a route, IPv6
+		// answers a packet it cannot route with "no route" (ICMPv6, rate
+		// limited per peer), so a probe to an unhandled address was
+		// either dropped or refused depending on which probe came first.
+		"route add blackhole 0.0.0.0/0",
+		"route add blackhole ::/0",
 	); err != nil {
 		return err
 	}
