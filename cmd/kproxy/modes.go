@@ -11,6 +11,7 @@ import (
 func modes() app.Modes {
 	m := app.Modes{
 		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError},
+		string(config.ModeNFTables):    {NewDryRun: nftablesDryRun, ClassifyError: classifyIPTablesError},
 		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError},
 	}
 	addPlatformModes(m)

@@ -14,14 +14,112 @@ import (
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/platform/linux/nft"
+	"sigs.k8s.io/knftables"
 )
 
 func addPlatformModes(m app.Modes) {
 	mode := m[string(config.ModeIPTables)]
 	mode.NewBackend = newIPTablesBackend
-	mode.Cleanup = cleanupIPTables
+	mode.Cleanup = cleanupLinux
 	mode.Init = initNode
 	m[string(config.ModeIPTables)] = mode
+	mode = m[string(config.ModeNFTables)]
+	mode.NewBackend = newNFTablesBackend
+	mode.Cleanup = cleanupLinux
+	mode.Init = initNode
+	m[string(config.ModeNFTables)] = mode
+}
+
+// newNFTablesBackend starts one nftables backend per IP family (IPv6 only
+// when the node has IPv6). Each owns the table "kproxy" of its family; after
+// its first full sync it removes kproxy's iptables chains (a switch from
+// the iptables mode) and, unless --take-over-kube-proxy=false, kube-proxy's
+// state of every mode.
+func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (app.Backends, error) {
+	log := klog.FromContext(ctx)
+	tuneNode(log, o)
+	if major, minor, ok := linux.KernelVersion(); ok && (major < 5 || major == 5 && minor < 13) {
+		log.Info("Warning: the nftables mode needs Linux 5.13 or later (as upstream kube-proxy's); this kernel may reject kproxy's rules",
+			"kernel", fmt.Sprintf("%d.%d", major, minor))
+	}
+	var backends app.Backends
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		host := linux.ProcHost()
+		if fam == v1.IPv6Protocol && !linux.HasIPv6(host) {
+			log.Info("IPv6 Services are not proxied: the node has no IPv6 address (other than loopback and link-local)")
+			continue
+		}
+		n, err := knftables.New(nft.Family(fam), nft.TableName)
+		if err != nil {
+			if fam == v1.IPv6Protocol {
+				log.Info("IPv6 Services are not proxied: nftables is unusable for IPv6", "err", err)
+				continue
+			}
+			return nil, fmt.Errorf("%s: the nftables mode needs the nft tool and nftables in the kernel: %w", fam, err)
+		}
+		cfg := iptablesConfig(o, fam)
+		cfg.RandomFully = true // nftables has always had it
+		takeOver := o.TakeOverKubeProxy
+		b, err := linux.NewNFT(linux.NFTOptions{
+			Rules:     cfg,
+			NFT:       n,
+			Conntrack: linux.NetlinkConntrack(),
+			Host:      host,
+			Metrics:   env.Metrics.NFTables(fam),
+			Logger:    log,
+			TakeOver: func(ctx context.Context) error {
+				return takeOverFromIptables(ctx, o, fam, takeOver)
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fam, err)
+		}
+		log.Info("nftables backend ready", "family", fam, "table", fmt.Sprintf("%s %s", nft.Family(fam), nft.TableName))
+		go b.RunLeastConnection(ctx)
+		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
+	}
+	return backends, nil
+}
+
+// takeOverFromIptables removes, once kproxy's nftables table serves the
+// family, kproxy's own iptables chains and, with upstream, kube-proxy's
+// iptables chains (both flavours) and nftables table of the family.
+func takeOverFromIptables(ctx context.Context, o *config.Options, fam v1.IPFamily, upstream bool) error {
+	log := klog.FromContext(ctx)
+	var errs []error
+	if sys, err := linux.NewSystem(fam, linux.FlavourAuto); err == nil {
+		b, err := linux.New(linux.Options{Rules: iptablesConfig(o, fam), Iptables: sys.Iptables, NFTables: sys.NFTables,
+			Conntrack: sys.Conntrack, Host: sys.Host})
+		if err == nil {
+			err = b.Cleanup(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kproxy's iptables chains: %w", err))
+		}
+		if upstream {
+			if deleted, err := linux.CleanupUpstreamNFTables(ctx, sys.NFTables, fam); err != nil {
+				errs = append(errs, fmt.Errorf("kube-proxy's nftables table: %w", err))
+			} else if deleted {
+				log.Info("Took over from kube-proxy: deleted its nftables table", "family", fam)
+			}
+		}
+	}
+	if upstream {
+		for _, fl := range []linux.Flavour{linux.FlavourLegacy, linux.FlavourNFT} {
+			ipt, err := linux.NewSystemIptables(fam, fl)
+			if err != nil {
+				continue
+			}
+			removed, err := linux.CleanupUpstreamIptables(ctx, ipt)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("kube-proxy's iptables chains (%s): %w", fl, err))
+			} else if len(removed) > 0 {
+				log.Info("Took over from kube-proxy: removed its iptables chains", "family", fam, "flavour", fl, "chains", len(removed))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // newIPTablesBackend starts one backend per IP family the node's iptables
@@ -100,12 +198,13 @@ func readPacketCounters(ctx context.Context, flavours map[v1.IPFamily]linux.Flav
 	return out, nil
 }
 
-// cleanupIPTables is --cleanup: it removes everything kproxy owns, in both
-// families, then, as upstream kube-proxy's --cleanup does, kube-proxy's
+// cleanupLinux is --cleanup in every Linux mode: it removes everything
+// kproxy owns, in both families and both modes (iptables chains, nftables
+// tables), then, as upstream kube-proxy's --cleanup does, kube-proxy's
 // state of every mode (cleanupUpstream) — unless --take-over-kube-proxy=false,
 // which keeps kube-proxy's state (the rollback DaemonSet runs it that way,
 // next to a running kube-proxy).
-func cleanupIPTables(ctx context.Context, o *config.Options) error {
+func cleanupLinux(ctx context.Context, o *config.Options) error {
 	errs := []error{cleanupOwn(ctx, o)}
 	if o.TakeOverKubeProxy {
 		errs = append(errs, cleanupUpstream(ctx))
@@ -134,6 +233,11 @@ func cleanupOwn(ctx context.Context, o *config.Options) error {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+		}
+		if deleted, err := linux.DeleteOwnNFTable(ctx, sys.NFTables, fam); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+		} else if deleted {
+			klog.FromContext(ctx).Info("Cleanup: deleted kproxy's nftables table", "family", fam)
 		}
 	}
 	return errors.Join(errs...)

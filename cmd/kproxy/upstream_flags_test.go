@@ -1,7 +1,8 @@
 //go:build !windows
 
 // The upstream-flag tests describe the Linux binary: there the default mode
-// is iptables and ipvs/nftables configurations run the iptables backend. On
+// is iptables, nftables configurations run the nftables backend and ipvs
+// ones the iptables backend. On
 // Windows the mode defaults to kernelspace and ipvs is refused (as upstream's
 // Windows binary refuses it), so these expectations do not apply there.
 
@@ -12,6 +13,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,8 +129,12 @@ func TestEveryUpstreamFlagRuns(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
-			if !strings.Contains(out, "*nat") {
-				t.Errorf("no iptables rules printed:\n%s", out)
+			want := "*nat"
+			if slices.Contains(args, "--proxy-mode=nftables") {
+				want = "add table ip kproxy"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("no rules printed (want %q):\n%s", want, out)
 			}
 		})
 	}
@@ -175,8 +181,8 @@ func TestConfigFiles(t *testing.T) {
 			}
 		}},
 		{"mode nftables", write("nft.yaml", head+"mode: nftables\nnftables:\n  syncPeriod: 50s\n"), func(t *testing.T, o *config.Options) {
-			if o.ProxyMode() != config.ModeIPTables || o.SyncPeriod() != 50*time.Second || !o.NodePortAddresses().Primary ||
-				!strings.Contains(o.ModeWarning(), "nftables backend is not built yet") {
+			if o.ProxyMode() != config.ModeNFTables || o.SyncPeriod() != 50*time.Second || !o.NodePortAddresses().Primary ||
+				o.ModeWarning() != "" {
 				t.Errorf("runs %q, period %v, nodePortAddresses %+v, warning %q", o.ProxyMode(), o.SyncPeriod(), o.NodePortAddresses(), o.ModeWarning())
 			}
 		}},
@@ -189,7 +195,11 @@ func TestConfigFiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := dryRunArgs("--config", tc.file)
 			code, out, errs := runQuiet(t, args...)
-			if code != 0 || !strings.Contains(out, "*nat") {
+			want := "*nat"
+			if strings.HasSuffix(tc.file, "nft.yaml") {
+				want = "add table ip kproxy"
+			}
+			if code != 0 || !strings.Contains(out, want) {
 				t.Fatalf("exit %d, stderr %s, stdout %.200s", code, errs, out)
 			}
 			o, code, done := parseArgs(args, &bytes.Buffer{}, &bytes.Buffer{})

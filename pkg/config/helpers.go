@@ -13,12 +13,12 @@ import (
 // The typed accessors below read o.Config. Call them after Validate: on an
 // invalid configuration they skip entries that do not parse and never panic.
 
-// ProxyMode returns the proxy mode kproxy runs: ModeIPTables or
-// ModeKernelspace. The modes kproxy has no backend for (ModeIPVS,
-// ModeNFTables) run ModeIPTables; RequestedMode says what was asked.
+// ProxyMode returns the proxy mode kproxy runs: ModeIPTables, ModeNFTables
+// or ModeKernelspace. ModeIPVS, which kproxy has no backend for, runs
+// ModeIPTables; RequestedMode says what was asked.
 func (o *Options) ProxyMode() v1alpha1.ProxyMode {
 	switch m := o.RequestedMode(); m {
-	case ModeIPVS, ModeNFTables:
+	case ModeIPVS:
 		return ModeIPTables
 	default:
 		return m
@@ -166,6 +166,12 @@ func (n NodePortAddresses) IncludesIPv4Loopback() bool {
 
 // MasqueradeBit is the packet-mark bit that flags packets to SNAT.
 func (o *Options) MasqueradeBit() int {
+	if o.Config.Mode == ModeNFTables {
+		if b := o.Config.NFTables.MasqueradeBit; b != nil {
+			return int(*b)
+		}
+		return DefaultMasqueradeBit
+	}
 	if b := o.Config.IPTables.MasqueradeBit; b != nil {
 		return int(*b)
 	}

@@ -353,8 +353,6 @@ func (o *Options) ModeWarning() string {
 			sched = "rr"
 		}
 		return fmt.Sprintf("mode ipvs: kproxy has no ipvs backend and runs its iptables backend instead (ipvs.syncPeriod and ipvs.minSyncPeriod apply; ipvs.scheduler %q is the node-wide load-balancing algorithm: rr, sh and lc map to round-robin, source-hash and least-connection, others to random)", sched)
-	case ModeNFTables:
-		return "mode nftables: kproxy's nftables backend is not built yet; running the iptables backend instead (nftables.syncPeriod, nftables.minSyncPeriod, nftables.masqueradeAll apply)"
 	}
 	return ""
 }

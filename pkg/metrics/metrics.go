@@ -33,6 +33,7 @@ import (
 // Proxy modes, for Options.Mode (the values of --proxy-mode).
 const (
 	ModeIPTables    = "iptables"
+	ModeNFTables    = "nftables"
 	ModeKernelspace = "kernelspace"
 )
 
@@ -45,9 +46,10 @@ const (
 // Options configure a Metrics.
 type Options struct {
 	// Mode selects the platform metrics registered besides the common ones:
-	// ModeIPTables adds the iptables and conntrack metrics, ModeKernelspace
-	// the HNS ones (as upstream registers its metrics per mode). Any other
-	// value registers both sets.
+	// ModeIPTables adds the iptables and conntrack metrics, ModeNFTables
+	// the nftables and conntrack ones, ModeKernelspace the HNS ones (as
+	// upstream registers its metrics per mode). Any other value registers
+	// every set.
 	Mode string
 	// Version is kproxy's version, for kproxy_build_info.
 	Version string
@@ -89,6 +91,10 @@ type Metrics struct {
 	conntrackDeleted       *prometheus.CounterVec
 	conntrackDuration      *prometheus.HistogramVec
 	conntrackFailures      *prometheus.CounterVec
+
+	nftSyncFailures    *prometheus.CounterVec
+	nftCleanupFailures *prometheus.CounterVec
+	nftObjects         *prometheus.GaugeVec
 
 	hnsDuration *prometheus.HistogramVec
 	hnsErrors   *prometheus.CounterVec
@@ -159,6 +165,10 @@ func New(o Options) *Metrics {
 	m.conntrackDuration = hist(upstream, "conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, family)
 	m.conntrackFailures = counter(own, "conntrack_reconciler_failures_total", "Rounds of stale conntrack cleanup that failed (retried with the next sync; they never fail a sync)", family)
 
+	m.nftSyncFailures = counter(upstream, "sync_proxy_rules_nftables_sync_failures_total", "Cumulative proxy nftables sync failures", family)
+	m.nftCleanupFailures = counter(upstream, "sync_proxy_rules_nftables_cleanup_failures_total", "Cumulative proxy nftables cleanup failures", family)
+	m.nftObjects = gauge(own, "nftables_objects", "Objects kproxy owns in its nftables table after the last sync, by kind (chains, rules, elements)", family, "kind")
+
 	m.hnsDuration = hist(own, "hns_call_duration_seconds", "Latency of HNS calls in seconds, successful or not, by operation", hnsBuckets, "operation")
 	m.hnsErrors = counter(own, "hns_errors_total", "Failed HNS calls by operation and HNS error code", "operation", "code")
 
@@ -182,11 +192,17 @@ func New(o Options) *Metrics {
 				func() float64 { _, e := pending(); return float64(e) }),
 		)
 	}
-	if o.Mode != ModeKernelspace {
-		m.reg.MustRegister(m.restoreFailures, m.partialRestoreFailures, m.iptablesRules, m.iptablesRulesLast, m.conntrackDeleted,
-			m.conntrackDuration, m.conntrackFailures)
+	every := o.Mode != ModeIPTables && o.Mode != ModeNFTables && o.Mode != ModeKernelspace
+	if o.Mode == ModeIPTables || every {
+		m.reg.MustRegister(m.restoreFailures, m.partialRestoreFailures, m.iptablesRules, m.iptablesRulesLast)
 	}
-	if o.Mode != ModeIPTables {
+	if o.Mode == ModeNFTables || every {
+		m.reg.MustRegister(m.nftSyncFailures, m.nftCleanupFailures, m.nftObjects)
+	}
+	if o.Mode != ModeKernelspace {
+		m.reg.MustRegister(m.conntrackDeleted, m.conntrackDuration, m.conntrackFailures)
+	}
+	if o.Mode == ModeKernelspace || every {
 		m.reg.MustRegister(m.hnsDuration, m.hnsErrors)
 	}
 	return m

@@ -66,6 +66,58 @@ func (x *IPTablesMetrics) Conntrack(deleted int, d time.Duration, failed bool) {
 	}
 }
 
+// NFTables returns the recorder one Linux nftables backend of family uses.
+func (m *Metrics) NFTables(f v1.IPFamily) *NFTablesMetrics {
+	if m == nil {
+		return nil
+	}
+	return &NFTablesMetrics{IPTablesMetrics: IPTablesMetrics{m: m, family: string(f)}}
+}
+
+// NFTablesMetrics records the nftables and conntrack metrics of one IP
+// family (Conntrack is the iptables mode's). A nil *NFTablesMetrics records
+// nothing.
+type NFTablesMetrics struct {
+	IPTablesMetrics
+}
+
+// SyncFailed counts one nftables transaction that failed
+// (kubeproxy_sync_proxy_rules_nftables_sync_failures_total).
+func (x *NFTablesMetrics) SyncFailed() {
+	if x == nil {
+		return
+	}
+	x.m.nftSyncFailures.WithLabelValues(x.family).Inc()
+}
+
+// CleanupFailed counts one failed deletion of what kproxy's table no
+// longer needs (kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total).
+func (x *NFTablesMetrics) CleanupFailed() {
+	if x == nil {
+		return
+	}
+	x.m.nftCleanupFailures.WithLabelValues(x.family).Inc()
+}
+
+// Objects records what kproxy's table holds after a sync.
+func (x *NFTablesMetrics) Objects(chains, rules, elements int) {
+	if x == nil {
+		return
+	}
+	x.m.nftObjects.WithLabelValues(x.family, "chains").Set(float64(chains))
+	x.m.nftObjects.WithLabelValues(x.family, "rules").Set(float64(rules))
+	x.m.nftObjects.WithLabelValues(x.family, "elements").Set(float64(elements))
+}
+
+// Conntrack records one round of stale conntrack cleanup (see
+// IPTablesMetrics.Conntrack).
+func (x *NFTablesMetrics) Conntrack(deleted int, d time.Duration, failed bool) {
+	if x == nil {
+		return
+	}
+	x.IPTablesMetrics.Conntrack(deleted, d, failed)
+}
+
 // HNSCall observes the latency of one HNS call by operation, successful or
 // not. With HNSError, *Metrics implements platform/windows.Metrics.
 func (m *Metrics) HNSCall(op string, d time.Duration) {

@@ -13,6 +13,13 @@ import (
 // addresses.
 const SourceHashSlots = 32
 
+// SourceHashSeed is the seed of the hash of a client's address that picks
+// its slot on Linux (the iptables cluster match and nftables' jhash compute
+// the same jhash of the source address, scaled to SourceHashSlots): a
+// constant, so a client reaches the same endpoint from every node, in
+// either mode, and after every restart ("kprx").
+const SourceHashSeed = 0x6b707278
+
 // MaxSourceHashEndpoints is the most endpoints a source-hash port spreads
 // over: each needs at least one slot. Beyond it backends use random.
 const MaxSourceHashEndpoints = SourceHashSlots

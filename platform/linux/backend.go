@@ -101,12 +101,9 @@ type Backend struct {
 	pendingCT conntrackQueue
 	last      SyncResult
 	// lastSnap is the snapshot of the last successful sync (what
-	// RunLeastConnection syncs again). conns are the least-connection
-	// counts per port, read at connsAt in connsCost.
-	lastSnap  *proxy.Snapshot
-	conns     map[proxy.ServicePortName]map[netip.AddrPort]int
-	connsAt   time.Time
-	connsCost time.Duration
+	// RunLeastConnection syncs again); lc the least-connection counts.
+	lastSnap *proxy.Snapshot
+	lc       leastConn
 }
 
 var (
@@ -146,7 +143,7 @@ func New(opts Options) (*Backend, error) {
 		opts.RuleBudget = DefaultRuleBudget
 	}
 	return &Backend{opts: opts, family: opts.Rules.Family, planner: planner, needFull: true,
-		quarantine: map[proxy.ServicePortName]*quarantined{}}, nil
+		quarantine: map[proxy.ServicePortName]*quarantined{}, lc: leastConn{family: opts.Rules.Family, ct: opts.Conntrack}}, nil
 }
 
 // Family returns the backend's IP family.
@@ -185,7 +182,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	if view == nil {
 		view = proxy.NewFamilyView(b.family, nil)
 	}
-	ch = withPorts(ch, b.refreshConns(view, ch, start))
+	ch = withPorts(ch, b.lc.refresh(view, ch, start))
 	exclude := b.exclusions(ctx, view, start)
 	full := ch.Full || b.needFull || !sameSet(exclude, b.excluded)
 	plan, err := b.apply(ctx, snap, ch, full, exclude)
@@ -255,7 +252,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 // the restore is retried without it and the take-over with a later full sync.
 func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool, exclude map[proxy.ServicePortName]bool) (*rules.Plan, error) {
 	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude,
-		Connections: b.conns}
+		Connections: b.lc.conns}
 	in.Changes.Full = full
 	var to *takeoverPlan
 	if full {

@@ -38,19 +38,31 @@ func leastConnEndpoints(view *proxy.FamilyView) map[proxy.ServicePortName][]prox
 	return out
 }
 
-// refreshConns reads the connection counts of the least-connection ports
+// leastConn holds the established connections per endpoint of one
+// family's least-connection service ports, read from conntrack: the
+// weights both Linux modes render. It is not safe for concurrent use (its
+// backend's lock guards it).
+type leastConn struct {
+	family v1.IPFamily
+	ct     Conntrack
+	// conns are the counts per port, read at at in cost.
+	conns map[proxy.ServicePortName]map[netip.AddrPort]int
+	at    time.Time
+	cost  time.Duration
+}
+
+// refresh reads the connection counts of the least-connection ports
 // when they are due (every LeastConnRefresh, or at once when ch changes one
 // of them: new endpoints get counts from the start; both within the cost
-// cap) and returns the ports whose counts changed (to be re-rendered). b.mu
-// must be held.
-func (b *Backend) refreshConns(view *proxy.FamilyView, ch proxy.Changes, now time.Time) map[proxy.ServicePortName]struct{} {
+// cap) and returns the ports whose counts changed (to be re-rendered).
+func (b *leastConn) refresh(view *proxy.FamilyView, ch proxy.Changes, now time.Time) map[proxy.ServicePortName]struct{} {
 	ports := leastConnEndpoints(view)
 	if len(ports) == 0 {
 		b.conns = nil
 		return nil
 	}
-	due := b.connsDue(now)
-	if !due && now.Sub(b.connsAt) >= leastConnCostFactor*b.connsCost {
+	due := b.due(now)
+	if !due && now.Sub(b.at) >= leastConnCostFactor*b.cost {
 		for n := range ports {
 			if ch.Changed(n) {
 				due = true
@@ -70,9 +82,9 @@ func (b *Backend) refreshConns(view *proxy.FamilyView, ch proxy.Changes, now tim
 		}
 	}
 	begin := time.Now()
-	counts, err := b.opts.Conntrack.CountEstablished(b.family, want)
-	b.connsCost = time.Since(begin)
-	b.connsAt = now
+	counts, err := b.ct.CountEstablished(b.family, want)
+	b.cost = time.Since(begin)
+	b.at = now
 	if err != nil {
 		// Keep the last counts: least connection degrades to stale weights.
 		klog.ErrorS(err, "Reading connection counts for least-connection Services failed", "family", b.family)
@@ -94,15 +106,17 @@ func (b *Backend) refreshConns(view *proxy.FamilyView, ch proxy.Changes, now tim
 	}
 	b.conns = next
 	klog.V(4).InfoS("Read least-connection counts", "family", b.family, "ports", len(ports), "endpoints", len(want),
-		"changed", len(changed), "took", b.connsCost)
+		"changed", len(changed), "took", b.cost)
 	return changed
 }
 
-// connsDue reports whether the periodic read of the counts is due. b.mu
-// must be held.
-func (b *Backend) connsDue(now time.Time) bool {
-	return b.connsAt.IsZero() || now.Sub(b.connsAt) >= max(LeastConnRefresh, leastConnCostFactor*b.connsCost)
+// due reports whether the periodic read of the counts is due.
+func (b *leastConn) due(now time.Time) bool {
+	return b.at.IsZero() || now.Sub(b.at) >= max(LeastConnRefresh, leastConnCostFactor*b.cost)
 }
+
+// active reports whether some port asks for least connection.
+func (b *leastConn) active() bool { return b.conns != nil }
 
 // withPorts returns ch with extra ports added (ch is not modified).
 func withPorts(ch proxy.Changes, extra map[proxy.ServicePortName]struct{}) proxy.Changes {
@@ -132,7 +146,7 @@ func (b *Backend) RunLeastConnection(ctx context.Context) {
 		case <-t.C:
 		}
 		b.mu.Lock()
-		snap, ok := b.lastSnap, !b.needFull && b.lastSnap != nil && b.conns != nil && b.connsDue(time.Now())
+		snap, ok := b.lastSnap, !b.needFull && b.lastSnap != nil && b.lc.active() && b.lc.due(time.Now())
 		b.mu.Unlock()
 		if !ok {
 			continue

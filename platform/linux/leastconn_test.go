@@ -55,7 +55,7 @@ func TestLeastConnectionRefresh(t *testing.T) {
 	if w.ct.Counts != 1 || !strings.Contains(w.ipt.Dump(), even) {
 		t.Fatalf("a read before LeastConnRefresh: %d reads", w.ct.Counts)
 	}
-	w.b.connsAt = w.b.connsAt.Add(-LeastConnRefresh)
+	w.b.lc.at = w.b.lc.at.Add(-LeastConnRefresh)
 	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +66,10 @@ func TestLeastConnectionRefresh(t *testing.T) {
 	if last := w.b.Last(); last.Full || last.Stats.WrittenChains != 1 {
 		t.Errorf("the refresh wrote %d chains (full %v), want only the port's service chain", last.Stats.WrittenChains, last.Full)
 	}
-	w.checkMatchesFullPlanWith(w.b.conns)
+	w.checkMatchesFullPlanWith(w.b.lc.conns)
 
 	// Same counts again: nothing written.
-	w.b.connsAt = w.b.connsAt.Add(-LeastConnRefresh)
+	w.b.lc.at = w.b.lc.at.Add(-LeastConnRefresh)
 	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +84,8 @@ func TestLeastConnectionCostCap(t *testing.T) {
 	w := newWorld(t, v1.IPv4Protocol, nil)
 	w.set("lc", 2, proxytest.Ready(proxytest.PodB1, proxytest.PodB2), leastConnection)
 	w.mustSync(true)
-	w.b.connsCost = 2 * time.Second
-	w.b.connsAt = time.Now().Add(-10 * time.Second)
+	w.b.lc.cost = 2 * time.Second
+	w.b.lc.at = time.Now().Add(-10 * time.Second)
 	snap, _ := w.cache.Snapshot()
 	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"github.com/vishvananda/netlink/nl"
 	v1 "k8s.io/api/core/v1"
 
@@ -330,3 +331,19 @@ func (procHost) SetSysctl(name, value string) error {
 // ProcHost returns the host seam of the calling thread's network namespace:
 // addresses over netlink, sysctls under /proc/sys.
 func ProcHost() Host { return procHost{} }
+
+// NetlinkConntrack returns the conntrack seam over netlink.
+func NetlinkConntrack() Conntrack { return netlinkConntrack{} }
+
+// KernelVersion returns the running kernel's major and minor version.
+func KernelVersion() (major, minor int, ok bool) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return 0, 0, false
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	if _, err := fmt.Sscanf(rel, "%d.%d", &major, &minor); err != nil {
+		return 0, 0, false
+	}
+	return major, minor, true
+}

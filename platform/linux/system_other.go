@@ -35,3 +35,9 @@ func HasRandomFully(Iptables) bool { return true }
 
 // ProcHost returns the host seam (Linux only: elsewhere one that fails).
 func ProcHost() Host { return &FakeHost{AddrErr: errNotLinux} }
+
+// NetlinkConntrack returns the conntrack seam (Linux only: elsewhere a fake).
+func NetlinkConntrack() Conntrack { return &FakeConntrack{} }
+
+// KernelVersion returns the running Linux kernel's version; off Linux, none.
+func KernelVersion() (major, minor int, ok bool) { return 0, 0, false }

@@ -71,16 +71,26 @@ func nftFamily(f v1.IPFamily) string {
 // ("ip kube-proxy" or "ip6 kube-proxy"), if it exists. It reports whether a
 // table was deleted.
 func CleanupUpstreamNFTables(ctx context.Context, nft NFTables, family v1.IPFamily) (bool, error) {
+	return deleteTable(ctx, nft, family, "kube-proxy")
+}
+
+// DeleteOwnNFTable deletes kproxy's nftables table of family (that of the
+// nftables mode), if there is one, and reports whether it did.
+func DeleteOwnNFTable(ctx context.Context, nft NFTables, family v1.IPFamily) (bool, error) {
+	return deleteTable(ctx, nft, family, "kproxy")
+}
+
+func deleteTable(ctx context.Context, nft NFTables, family v1.IPFamily, name string) (bool, error) {
 	tables, err := nft.ListTables(ctx)
 	if err != nil {
 		return false, err
 	}
-	want := nftFamily(family) + " kube-proxy"
+	want := nftFamily(family) + " " + name
 	for _, t := range tables {
 		if t != want {
 			continue
 		}
-		if err := nft.DeleteTable(ctx, nftFamily(family), "kube-proxy"); err != nil && !IsNotExist(err) {
+		if err := nft.DeleteTable(ctx, nftFamily(family), name); err != nil && !IsNotExist(err) {
 			return false, fmt.Errorf("deleting nftables table %s: %w", want, err)
 		}
 		return true, nil

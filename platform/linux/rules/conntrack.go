@@ -108,6 +108,16 @@ func endpointSet(sp *proxy.ServicePort) []netip.AddrPort {
 	return out
 }
 
+// StaleFlows returns the conntrack filters for one UDP service port of
+// family that changed from old to cur (either may be nil; old is nil the
+// first time a backend sees the port, when every flow to it is checked);
+// local are the node's addresses (NodePorts are reached on them). Every
+// Linux mode cleans the same flows.
+func StaleFlows(family v1.IPFamily, old, cur *proxy.ServicePort, local []netip.Addr) []ConntrackFilter {
+	cfg := Config{Family: family}
+	return conntrackFor(&renderer{cfg: cfg}, old, cur, local)
+}
+
 // conntrackFor returns the filters for one UDP service port that changed
 // from old to cur (either may be nil; old is nil the first time a planner
 // sees the port, when every flow to it is checked).

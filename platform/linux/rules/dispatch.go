@@ -263,3 +263,19 @@ func (p *Planner) addEntries(b *builder, names []proxy.ServicePortName, di int, 
 		}
 	}
 }
+
+// NodeIPs returns the node's own addresses of cfg's family (status
+// addresses and non-loopback local addresses), sorted: what both Linux
+// modes treat as the node's.
+func NodeIPs(cfg Config, node proxy.Node, local []netip.Addr) []netip.Addr {
+	return newRenderer(cfg).nodeIPs(node, local)
+}
+
+// NodePortDestinations returns where NodePorts answer under cfg: every
+// local address (all), or the listed ones.
+func NodePortDestinations(cfg Config, node proxy.Node, local []netip.Addr) (all bool, ips []netip.Addr) {
+	return newRenderer(cfg).nodePortDestinations(node, local)
+}
+
+// OfFamily keeps the prefixes of cfg's family, masked.
+func OfFamily(cfg Config, ps []netip.Prefix) []netip.Prefix { return cfg.ofFamily(ps) }

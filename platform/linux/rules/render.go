@@ -584,10 +584,9 @@ func (r *renderer) sourceHashRules(w *builder, proto string, eps []proxy.Endpoin
 	w.end()
 }
 
-// clusterSeed is the seed of the source-hash cluster match: a constant, so
-// that a client reaches the same endpoint from every node and after every
-// restart ("kprx").
-const clusterSeed = 0x6b707278
+// clusterSeed is the seed of the source-hash cluster match
+// (proxy.SourceHashSeed).
+const clusterSeed = proxy.SourceHashSeed
 
 // clusterSuffix follows the slot in a source-hash rule. iptables-save
 // prints the slot as --cluster-local-nodemask (1 << (slot-1)), then these,

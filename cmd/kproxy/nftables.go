@@ -1,0 +1,32 @@
+package main
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/platform/linux/nft"
+)
+
+// nftablesDryRun renders the nft -f input of both families. It never
+// touches the kernel (in-memory nftables), on any OS; the node's local
+// addresses are read when this is Linux.
+func nftablesDryRun(o *config.Options) (proxy.DryRunner, error) {
+	host := dryRunHost()
+	var fan proxy.FanOut
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		b, err := linux.NewNFT(linux.NFTOptions{
+			Rules:     iptablesConfig(o, fam),
+			NFT:       knftables.NewFake(nft.Family(fam), nft.TableName),
+			Conntrack: &linux.FakeConntrack{},
+			Host:      host,
+		})
+		if err != nil {
+			return nil, err
+		}
+		fan = append(fan, b)
+	}
+	return fan, nil
+}

@@ -1,0 +1,476 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/kproxy/kproxy/pkg/intent"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/rules"
+)
+
+// NFTOptions configures an NFTBackend.
+type NFTOptions struct {
+	// Rules holds the settings both Linux modes share (family, masquerade
+	// bit, masqueradeAll, detect-local, NodePort addresses, capabilities);
+	// the iptables-only ones (filter bit, sharding) are ignored.
+	Rules rules.Config
+	// NFT is the seam to nftables for kproxy's table of the family
+	// (knftables.New(nft.Family(family), nft.TableName) on a node, a
+	// FakeNFT in tests).
+	NFT       knftables.Interface
+	Conntrack Conntrack
+	Host      Host
+	// Metrics receives what each sync did (nil: none).
+	Metrics NFTMetrics
+	// TakeOver, when set, runs once after the first successful full sync:
+	// it removes what another proxy left (kube-proxy's iptables chains and
+	// nftables table, kproxy's own iptables chains), now that kproxy's
+	// table serves the same Services. Its error is logged and it is tried
+	// again after the next full sync.
+	TakeOver func(ctx context.Context) error
+	// Logger receives the backend's log lines (zero: klog's global one).
+	Logger klog.Logger
+}
+
+// NFTMetrics receives the nftables-specific results of syncs.
+type NFTMetrics interface {
+	// SyncFailed counts a failed transaction.
+	SyncFailed()
+	// Objects records what kproxy's table holds after a sync.
+	Objects(chains, rules, elements int)
+	// Conntrack records one round of stale-flow cleanup (see Metrics).
+	Conntrack(deleted int, d time.Duration, failed bool)
+}
+
+type noNFTMetrics struct{}
+
+func (noNFTMetrics) SyncFailed()                        {}
+func (noNFTMetrics) Objects(int, int, int)              {}
+func (noNFTMetrics) Conntrack(int, time.Duration, bool) {}
+
+// NFTBackend programs one IP family's nftables table. It implements
+// proxy.Backend, proxy.DryRunner and proxy.UnsupportedReporter.
+//
+// Ownership: the backend owns the table "kproxy" of its family (nft
+// family ip or ip6) and everything in it; it touches nothing else, except
+// through Options.TakeOver.
+//
+// Each sync builds the intent of the changed service ports (every port on
+// a full sync), renders it against the record of the last successful
+// transaction (nft.Applied) and runs the one transaction that takes the
+// table there; the record is kept only when the transaction succeeded. A
+// full sync rewrites the table's content in place, in one transaction, so
+// no connection ever meets a table without its rules.
+type NFTBackend struct {
+	opts     NFTOptions
+	family   v1.IPFamily
+	renderer *nft.Renderer
+	log      klog.Logger
+
+	mu         sync.Mutex
+	applied    *nft.Applied
+	needFull   bool
+	tookOver   bool
+	localAddrs []netip.Addr
+	nodeIPs    []netip.Addr
+	// invalid holds the problems of the ports whose intent could not be
+	// built at all (they are left out); problems are those of the last
+	// successful sync, for Unsupported.
+	invalid   map[proxy.ServicePortName][]proxy.Unsupported
+	problems  []proxy.Unsupported
+	pendingCT conntrackQueue
+	lc        leastConn
+	lastSnap  *proxy.Snapshot
+	last      NFTSyncResult
+}
+
+var (
+	_ proxy.Backend             = (*NFTBackend)(nil)
+	_ proxy.DryRunner           = (*NFTBackend)(nil)
+	_ proxy.UnsupportedReporter = (*NFTBackend)(nil)
+)
+
+// NFTSyncResult describes the last sync, for logs and tests.
+type NFTSyncResult struct {
+	Full             bool
+	Duration         time.Duration
+	Stats            nft.Stats
+	ConntrackDeleted int
+}
+
+// NewNFT returns an NFTBackend. opts.NFT, Conntrack and Host must be set.
+func NewNFT(opts NFTOptions) (*NFTBackend, error) {
+	if opts.NFT == nil || opts.Conntrack == nil || opts.Host == nil {
+		return nil, errors.New("nftables backend: the NFT, Conntrack and Host seams are required")
+	}
+	r, err := nft.NewRenderer(opts.Rules, opts.NFT.NewTransaction)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noNFTMetrics{}
+	}
+	log := opts.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
+	log = log.WithValues("family", opts.Rules.Family)
+	return &NFTBackend{opts: opts, family: opts.Rules.Family, renderer: r, log: log, needFull: true,
+		invalid: map[proxy.ServicePortName][]proxy.Unsupported{},
+		lc:      leastConn{family: opts.Rules.Family, ct: opts.Conntrack}}, nil
+}
+
+// Family returns the backend's IP family.
+func (b *NFTBackend) Family() v1.IPFamily { return b.family }
+
+// Last returns what the last successful sync did.
+func (b *NFTBackend) Last() NFTSyncResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
+
+// Unsupported lists what the last successful sync left out (see
+// proxy.UnsupportedReporter).
+func (b *NFTBackend) Unsupported() []proxy.Unsupported {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.problems)
+}
+
+// errTableGone says kproxy's table, or a fixed chain's rules, are gone.
+var errTableGone = errors.New("kproxy's nftables table or its fixed rules are gone")
+
+// Sync makes kproxy's table match snap (see proxy.Backend). A sync with
+// nothing to write checks that the table and its entry chains are still
+// there (one small listing); if not, or if a partial transaction fails, it
+// syncs in full at once.
+func (b *NFTBackend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	start := time.Now()
+	if addrs, err := b.opts.Host.LocalAddresses(); err != nil {
+		b.log.Error(err, "Listing local addresses failed, using the last known ones")
+	} else {
+		b.localAddrs = addrs
+	}
+	view := snap.Family(b.family)
+	if view == nil {
+		view = proxy.NewFamilyView(b.family, nil)
+	}
+	ch = withPorts(ch, b.lc.refresh(view, ch, start))
+	full := ch.Full || b.needFull || b.applied == nil
+	plan, next, err := b.apply(ctx, snap, view, ch, full)
+	if err == nil && !full && plan.Tx.NumOperations() == 0 {
+		err = b.check(ctx)
+	}
+	if err != nil && ctx.Err() != nil {
+		b.needFull = true
+		return fmt.Errorf("sync interrupted (%w): %w", context.Cause(ctx), err)
+	}
+	if err != nil && !full {
+		b.opts.Metrics.SyncFailed()
+		b.log.Info("Partial sync failed (kproxy's table changed behind its back?): full sync", "err", err)
+		full = true
+		plan, next, err = b.apply(ctx, snap, view, ch, true)
+	}
+	if err != nil {
+		b.opts.Metrics.SyncFailed()
+		b.needFull = true
+		return err
+	}
+	old := b.applied
+	b.applied = next
+	b.needFull = false
+	b.lastSnap = snap
+	b.opts.Metrics.Objects(plan.Stats.Chains, plan.Stats.Rules, plan.Stats.Elements)
+	b.problems = b.problems[:0]
+	for _, ps := range b.invalid {
+		b.problems = append(b.problems, ps...)
+	}
+	b.problems = append(b.problems, next.Problems()...)
+	proxy.SortUnsupported(b.problems)
+
+	var errs []error
+	if full && plan.RouteLocalnet {
+		if err := b.opts.Host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+			errs = append(errs, fmt.Errorf("enabling localhost NodePorts: %w", err))
+		}
+	}
+	deleted := b.cleanConntrack(b.staleFlows(old, next, view, ch, full))
+	if full && !b.tookOver && b.opts.TakeOver != nil {
+		if err := b.opts.TakeOver(ctx); err != nil {
+			b.log.Error(err, "Taking over from another proxy failed; retrying after the next full sync")
+		} else {
+			b.tookOver = true
+		}
+	}
+	b.last = NFTSyncResult{Full: full, Duration: time.Since(start), Stats: plan.Stats, ConntrackDeleted: deleted}
+	b.log.V(2).Info("Synced nftables", "full", full, "servicePorts", plan.Stats.ServicePorts,
+		"chains", plan.Stats.Chains, "rules", plan.Stats.Rules, "elements", plan.Stats.Elements,
+		"writtenChains", plan.Stats.WrittenChains, "addedElements", plan.Stats.AddedElements,
+		"deletedElements", plan.Stats.DeletedElements, "deletedChains", plan.Stats.DeletedChains,
+		"conntrackDeleted", deleted, "duration", b.last.Duration)
+	if len(errs) > 0 {
+		b.needFull = true
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// apply builds the intents, renders and runs one transaction. A full one
+// first lists what kproxy's table holds (object names only).
+func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *proxy.FamilyView, ch proxy.Changes, full bool) (*nft.Plan, *nft.Applied, error) {
+	node, icfg := b.facts(snap.Node)
+	last := b.applied
+	if full {
+		last = nil
+	}
+	if last != nil && !slices.Equal(icfg.NodeIPs, b.nodeIPs) {
+		// Source ranges that contain a node address change with them.
+		extra := map[proxy.ServicePortName]struct{}{}
+		for _, sp := range view.Sorted() {
+			if intent.DependsOnNodeIPs(sp) {
+				extra[sp.Name] = struct{}{}
+			}
+		}
+		ch = withPorts(ch, extra)
+	}
+	in := nft.Input{Full: full, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
+	build := func(sp *proxy.ServicePort) {
+		p, problems := intent.Build(icfg, sp, b.lc.conns[sp.Name])
+		if p == nil {
+			b.invalid[sp.Name] = problems
+		} else {
+			delete(b.invalid, sp.Name)
+		}
+		in.Ports[sp.Name] = p // nil: left out
+	}
+	if full {
+		clear(b.invalid)
+		for _, sp := range view.Sorted() {
+			build(sp)
+		}
+		ex, err := b.existing(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		in.Existing = ex
+	} else {
+		for n := range ch.Ports {
+			if sp := view.Ports[n]; sp != nil {
+				build(sp)
+			} else if last.Intent(n) != nil {
+				in.Ports[n] = nil
+				delete(b.invalid, n)
+			} else {
+				delete(b.invalid, n)
+			}
+		}
+	}
+	plan, next := b.renderer.Render(in, last)
+	if plan.Tx.NumOperations() > 0 {
+		if err := b.opts.NFT.Run(ctx, plan.Tx); err != nil {
+			return nil, nil, fmt.Errorf("nft: %d operations (%d elements added, %d deleted, %d chains written): %w",
+				plan.Tx.NumOperations(), plan.Stats.AddedElements, plan.Stats.DeletedElements, plan.Stats.WrittenChains, err)
+		}
+	}
+	b.nodeIPs = icfg.NodeIPs
+	return plan, next, nil
+}
+
+// facts derives the node-wide facts of the family from the Node and the
+// local addresses.
+func (b *NFTBackend) facts(n proxy.Node) (nft.Node, intent.Config) {
+	cfg := b.opts.Rules
+	icfg := intent.Config{Family: b.family, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: rules.NodeIPs(cfg, n, b.localAddrs)}
+	var node nft.Node
+	switch cfg.LocalDetect {
+	case rules.LocalBridgeInterface, rules.LocalInterfaceNamePrefix:
+		node.PodSources = true
+	case rules.LocalNodeCIDR:
+		node.PodCIDRs = rules.OfFamily(cfg, n.PodCIDRs)
+	default:
+		node.PodCIDRs = rules.OfFamily(cfg, cfg.ClusterCIDRs)
+	}
+	if len(node.PodCIDRs) > 0 {
+		node.PodSources = true
+	}
+	icfg.PodSources = node.PodSources
+	node.NodePortsAll, node.NodePortIPs = rules.NodePortDestinations(cfg, n, b.localAddrs)
+	node.Localhost = cfg.Family == v1.IPv4Protocol && cfg.LocalhostNodePorts &&
+		(node.NodePortsAll || slices.ContainsFunc(node.NodePortIPs, netip.Addr.IsLoopback))
+	return node, icfg
+}
+
+// existing lists the chains and sets of kproxy's table (nil: no table).
+func (b *NFTBackend) existing(ctx context.Context) (*nft.Existing, error) {
+	all, err := b.opts.NFT.ListAll(ctx)
+	if knftables.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing kproxy's nftables table: %w", err)
+	}
+	ex := &nft.Existing{Chains: all["chain"], Sets: all["set"]}
+	slices.Sort(ex.Chains)
+	slices.Sort(ex.Sets)
+	return ex, nil
+}
+
+// check verifies, when a sync had nothing to write, that kproxy's table is
+// there with its entry chain holding its jump (someone may have deleted
+// the table or flushed it).
+func (b *NFTBackend) check(ctx context.Context) error {
+	for _, c := range []string{nft.ChainNATPrerouting, nft.ChainNATOutput, nft.ChainServices} {
+		rs, err := b.opts.NFT.ListRules(ctx, c)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", errTableGone, c, err)
+		}
+		if len(rs) == 0 {
+			return fmt.Errorf("%w: chain %s is empty", errTableGone, c)
+		}
+	}
+	return nil
+}
+
+// staleFlows lists the conntrack filters of the UDP ports that changed.
+func (b *NFTBackend) staleFlows(old, next *nft.Applied, view *proxy.FamilyView, ch proxy.Changes, full bool) []rules.ConntrackFilter {
+	var out []rules.ConntrackFilter
+	from := func(a *nft.Applied, n proxy.ServicePortName) *proxy.ServicePort {
+		if p := a.Intent(n); p != nil {
+			return p.From
+		}
+		return nil
+	}
+	visit := func(n proxy.ServicePortName) {
+		var o *proxy.ServicePort
+		if old != nil {
+			o = from(old, n)
+		}
+		c := from(next, n)
+		if o == c && o != nil {
+			return
+		}
+		out = append(out, rules.StaleFlows(b.family, o, c, b.localAddrs)...)
+	}
+	if full {
+		for _, sp := range view.Sorted() {
+			visit(sp.Name)
+		}
+		return out
+	}
+	for n := range ch.Ports {
+		visit(n)
+	}
+	return out
+}
+
+// cleanConntrack deletes stale flows once the rules are in place (see
+// Backend.cleanConntrack: a failure never fails the sync).
+func (b *NFTBackend) cleanConntrack(filters []rules.ConntrackFilter) int {
+	b.pendingCT.add(filters)
+	if b.pendingCT.empty() {
+		return 0
+	}
+	start := time.Now()
+	m := rules.NewConntrackMatcher(b.pendingCT.filters())
+	n, err := b.opts.Conntrack.DeleteFlows(b.family, m.Match)
+	b.opts.Metrics.Conntrack(n, time.Since(start), err != nil)
+	if err != nil {
+		b.log.Error(err, "Deleting stale conntrack flows failed; retrying with the next sync", "frontends", b.pendingCT.len(), "deleted", n)
+		return n
+	}
+	b.pendingCT.clear()
+	return n
+}
+
+// RunLeastConnection refreshes the weights of least-connection service
+// ports until ctx is done (see Backend.RunLeastConnection).
+func (b *NFTBackend) RunLeastConnection(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		snap, ok := b.lastSnap, !b.needFull && b.lastSnap != nil && b.lc.active() && b.lc.due(time.Now())
+		b.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if err := b.Sync(ctx, snap, proxy.Changes{}); err != nil && ctx.Err() == nil {
+			b.log.Error(err, "Refreshing least-connection weights failed")
+		}
+	}
+}
+
+// DryRun writes the exact nft -f input a full sync of snap would run on a
+// node without kproxy's table (see proxy.DryRunner). It reads the node's
+// addresses but changes nothing.
+func (b *NFTBackend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	addrs, err := b.opts.Host.LocalAddresses()
+	if err != nil {
+		return fmt.Errorf("dry run: listing local addresses: %w", err)
+	}
+	b.localAddrs = addrs
+	node, icfg := b.facts(snap.Node)
+	in := nft.Input{Full: true, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
+	view := snap.Family(b.family)
+	var problems []proxy.Unsupported
+	if view != nil {
+		for _, sp := range view.Sorted() {
+			p, ps := intent.Build(icfg, sp, nil)
+			in.Ports[sp.Name] = p
+			if p == nil {
+				problems = append(problems, ps...)
+			}
+		}
+	}
+	plan, _ := b.renderer.Render(in, nil)
+	problems = append(problems, plan.Problems...)
+	fmt.Fprintf(w, "# kproxy %s rules: input of nft -f (table %s %s)\n", b.family, nft.Family(b.family), nft.TableName)
+	fmt.Fprintf(w, "# %d service ports, %d chains, %d rules, %d elements\n", plan.Stats.ServicePorts, plan.Stats.Chains, plan.Stats.Rules, plan.Stats.Elements)
+	for _, p := range problems {
+		fmt.Fprintf(w, "# skipped: %s\n", p.Message)
+	}
+	_, err = io.WriteString(w, plan.Tx.String())
+	return err
+}
+
+// Cleanup deletes kproxy's table of this family (if any): afterwards "nft
+// list ruleset" shows what was there before kproxy ran.
+func (b *NFTBackend) Cleanup(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.applied, b.needFull = nil, true
+	return DeleteNFTTable(ctx, b.opts.NFT)
+}
+
+// DeleteNFTTable deletes the table nft manages, if it exists.
+func DeleteNFTTable(ctx context.Context, n knftables.Interface) error {
+	tx := n.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	if err := n.Run(ctx, tx); err != nil {
+		return fmt.Errorf("deleting kproxy's nftables table: %w", err)
+	}
+	return nil
+}
