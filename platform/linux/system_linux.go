@@ -13,8 +13,8 @@ import (
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/platform/linux/rules"
