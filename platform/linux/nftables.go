@@ -318,7 +318,7 @@ func (b *NFTBackend) facts(n proxy.Node) (nft.Node, intent.Config) {
 // existing lists the chains and sets of kproxy's table (nil: no table).
 func (b *NFTBackend) existing(ctx context.Context) (*nft.Existing, error) {
 	all, err := b.opts.NFT.ListAll(ctx)
-	if knftables.IsNotFound(err) {
+	if nft.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {

@@ -623,8 +623,9 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 	for _, h := range out.hairpin {
 		a.hairpin[h]++
 	}
-	// What nothing points at any more.
-	for _, c := range oldOut.own {
+	// What nothing points at any more: a port's own chains in reverse
+	// order (each points only at chains before it).
+	for _, c := range slices.Backward(oldOut.own) {
 		if !newOwn[c.name] {
 			t.delChain(c.name)
 			a.rules -= len(c.rules)
@@ -673,7 +674,12 @@ func (rd *Renderer) finish(t *tx, last, next *Applied, full bool) {
 			next.rules += len(c.rules)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(oldShared)) {
+	// The route chains (masq-, split-) point at the DNAT chains: delete
+	// them first.
+	gone := slices.SortedFunc(maps.Keys(oldShared), func(a, b string) int {
+		return cmp.Or(cmp.Compare(b2i(strings.HasPrefix(a, "dnat-")), b2i(strings.HasPrefix(b, "dnat-"))), cmp.Compare(a, b))
+	})
+	for _, name := range gone {
 		if next.shared[name] == 0 {
 			t.delChain(name)
 			next.rules -= len(last.defs[name].rules)
