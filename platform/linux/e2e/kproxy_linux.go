@@ -37,6 +37,8 @@ type Proxy struct {
 	Config proxytest.Config
 	// Extra flags appended to every run.
 	Extra []string
+	// Mode is --proxy-mode ("" is iptables).
+	Mode string
 
 	proc *netns.Process
 	runs int
@@ -53,9 +55,13 @@ func (p *Proxy) Argv() []string {
 	if p.ManifestDir != "" {
 		args = append(args, "--manifests", p.ManifestDir)
 	}
+	mode := p.Mode
+	if mode == "" {
+		mode = "iptables"
+	}
 	args = append(args,
 		"--hostname-override", host,
-		"--proxy-mode", "iptables",
+		"--proxy-mode", mode,
 		// Never touch the machine-wide conntrack table size from a test.
 		"--conntrack-max-per-core", "0",
 		"-v", "2",
@@ -70,8 +76,13 @@ func (p *Proxy) Argv() []string {
 	if p.Config.MasqueradeAll {
 		args = append(args, "--masquerade-all")
 	}
-	if p.Config.NodePortAddresses != "" {
+	switch {
+	case p.Config.NodePortAddresses != "":
 		args = append(args, "--nodeport-addresses", p.Config.NodePortAddresses)
+	case mode == "nftables":
+		// The nftables mode defaults to the primary node IPs (as
+		// upstream's); the table's default is every local address.
+		args = append(args, "--nodeport-addresses", "0.0.0.0/0,::/0")
 	}
 	return append(args, p.Extra...)
 }

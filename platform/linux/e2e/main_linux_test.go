@@ -59,6 +59,31 @@ type envOptions struct {
 // other one.
 const FlavourEnv = "KPROXY_E2E_FLAVOUR"
 
+// ModeEnv selects the proxy mode of the e2e tests: "iptables" (the
+// default) or "nftables". In the nftables mode node1's host firewall is an
+// nftables table (kproxy's nftables mode, like upstream's, does not open
+// the host's own firewall: a forward policy of drop stays the host's
+// business), and kproxy must leave iptables untouched.
+const ModeEnv = "KPROXY_E2E_MODE"
+
+// nftMode reports whether the tests run kproxy's nftables mode.
+func nftMode() bool { return os.Getenv(ModeEnv) == "nftables" }
+
+func mode() string {
+	if nftMode() {
+		return "nftables"
+	}
+	return "iptables"
+}
+
+// iptablesOnly skips a test that checks what only the iptables mode does.
+func iptablesOnly(t *testing.T, why string) {
+	t.Helper()
+	if nftMode() {
+		t.Skipf("iptables mode only: %s", why)
+	}
+}
+
 func flavour() string {
 	if os.Getenv(FlavourEnv) == "legacy" {
 		return "legacy"
@@ -93,6 +118,9 @@ func requireKernel(t *testing.T) {
 			tools = append(tools, tool(fam, kind))
 		}
 	}
+	if nftMode() {
+		tools = append(tools, "nft")
+	}
 	netns.Require(t, tools...)
 	if kproxyBuildErr != nil {
 		if os.Getenv("CI") == "true" {
@@ -107,15 +135,23 @@ func newEnv(t *testing.T, o envOptions) *env {
 	requireKernel(t)
 	c := netns.New(t, netns.Options{EchoBinary: echoBin})
 	e := &env{t: t, c: c, dir: t.TempDir(), top: c.Topology}
-	e.p = &Proxy{Cluster: c, Binary: kproxyBin, ManifestDir: e.dir, LogDir: t.TempDir(), Config: o.config, Extra: o.extra}
+	e.p = &Proxy{Cluster: c, Binary: kproxyBin, ManifestDir: e.dir, LogDir: t.TempDir(), Config: o.config, Extra: o.extra, Mode: mode()}
 	// A host firewall in the test's iptables flavour: a FORWARD policy of
 	// DROP, as many hosts have (Service traffic must still be forwarded:
 	// kproxy accepts it), and a stateful rule, which makes this flavour the
 	// one the host "already uses" and turns connection tracking on in the
 	// namespace before kproxy runs.
-	for _, fam := range families() {
-		e.iptables(fam, "-P", "FORWARD", "DROP")
-		e.iptables(fam, "-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+	if nftMode() {
+		// A stateful host firewall of the host's own (connection tracking
+		// on before kproxy runs).
+		if _, err := e.c.NS(proxytest.Node1).ExecInput(e.ctx(30*time.Second), []byte(hostFirewallNFT), "nft", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		for _, fam := range families() {
+			e.iptables(fam, "-P", "FORWARD", "DROP")
+			e.iptables(fam, "-A", "INPUT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+		}
 	}
 	svc, slices, err := Sentinel(e.top)
 	if err != nil {
@@ -174,6 +210,22 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.waitReady()
+	if nftMode() {
+		for _, fam := range families() {
+			if out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, "nft", "list", "chain", nftFamily(fam), "kproxy", "services"); err != nil {
+				e.t.Errorf("%s: no kproxy nftables table: %v", fam, err)
+			} else if !strings.Contains(string(out), "vmap @frontends") {
+				e.t.Errorf("%s: kproxy's services chain:\n%s", fam, out)
+			}
+			for _, fl := range []string{"nft", "legacy"} {
+				out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, toolOf(fam, fl, "-save"))
+				if err == nil && strings.Contains(string(out), "KPROXY-") {
+					e.t.Errorf("%s: the nftables mode wrote iptables rules (%s):\n%s", fam, toolOf(fam, fl, "-save"), LastLines(string(out), 20))
+				}
+			}
+		}
+		return
+	}
 	for _, fam := range families() {
 		if save := e.save(fam, "nat"); !strings.Contains(save, ":KPROXY-") {
 			e.t.Errorf("%s: no KPROXY chains in %s nat", fam, tool(fam, "-save"))
@@ -240,6 +292,11 @@ func (e *env) restore(fam v1.IPFamily, rules string) {
 func (e *env) dumpRules() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if nftMode() {
+		if out, err := e.c.Exec(ctx, proxytest.Node1, "nft", "list", "ruleset"); err == nil {
+			e.t.Logf("nft list ruleset in node1:\n%s", LastLines(string(out), 300))
+		}
+	}
 	for _, fam := range families() {
 		cmd := tool(fam, "-save")
 		if out, err := e.c.Exec(ctx, proxytest.Node1, cmd); err == nil {
@@ -252,3 +309,19 @@ func (e *env) dumpRules() {
 }
 
 func families() []v1.IPFamily { return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} }
+
+func nftFamily(f v1.IPFamily) string {
+	if f == v1.IPv6Protocol {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// hostFirewallNFT is node1's own firewall in the nftables mode's tests.
+const hostFirewallNFT = `table inet host-firewall {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		ct state established,related accept
+	}
+}
+`
