@@ -54,12 +54,14 @@ clean:
 # namespaces, kproxy as a process, real TCP/UDP traffic). Needs root,
 # iproute2 and iptables; without them the tests skip, and under CI=true that
 # is a failure. One package at a time: they measure latencies. The e2e suite
-# runs twice, on iptables-nft and on iptables-legacy.
+# runs three times: the iptables mode on iptables-nft and on iptables-legacy,
+# and the nftables mode.
 .PHONY: test-kernel demo
 
 test-kernel:
 	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/ ./platform/linux/netns/... ./platform/linux/e2e/...
 	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 15m ./platform/linux/e2e/
 
 # demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
 # spread over three pods, an endpoint removed (root; installs iproute2 and

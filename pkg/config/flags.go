@@ -102,7 +102,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v int32) { c.OOMScoreAdj = &v })
 
 	// Proxying.
-	str("proxy-mode", "mode", string(d.Mode), "Proxy mode: 'iptables' (Linux) or 'kernelspace' (Windows HNS); the default depends on the OS. Either one works anywhere with --dry-run. 'ipvs' and 'nftables' are accepted on Linux and run the iptables backend, with a warning.",
+	str("proxy-mode", "mode", string(d.Mode), "Proxy mode: 'iptables' or 'nftables' (Linux), 'kernelspace' (Windows HNS); the default depends on the OS. Each one works anywhere with --dry-run. 'ipvs' is accepted on Linux and runs the iptables backend, with a warning.",
 		func(c *kpc, v string) { c.Mode = v1alpha1.ProxyMode(v) })
 	str("cluster-cidr", "clusterCIDR", d.ClusterCIDR, "The pods' IP range, or a comma-separated IPv4,IPv6 pair for dual-stack clusters. With --detect-local-mode=ClusterCIDR, traffic from it counts as local.",
 		func(c *kpc, v string) { c.ClusterCIDR = v })

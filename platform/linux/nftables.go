@@ -331,9 +331,12 @@ func (b *NFTBackend) existing(ctx context.Context) (*nft.Existing, error) {
 }
 
 // check verifies, when a sync had nothing to write, that kproxy's table is
-// there with its entry chain holding its jump (someone may have deleted
-// the table or flushed it).
+// there with its dispatch maps (their canary elements) and its entry
+// chains' rules (someone may have deleted the table or flushed it).
 func (b *NFTBackend) check(ctx context.Context) error {
+	if err := b.opts.NFT.Run(ctx, b.renderer.Canary()); err != nil {
+		return fmt.Errorf("%w: the dispatch maps' canary elements: %w", errTableGone, err)
+	}
 	for _, c := range []string{nft.ChainNATPrerouting, nft.ChainNATOutput, nft.ChainServices} {
 		rs, err := b.opts.NFT.ListRules(ctx, c)
 		if err != nil {

@@ -41,6 +41,7 @@ func (e *env) explainLive(to netip.AddrPort, from netip.Addr) *explain.Result {
 // PREROUTING it names the missing jump (and says a pod's connection is not
 // handled); after `kproxy --cleanup` it says nothing handles the address.
 func TestExplainLiveAgreesWithTraffic(t *testing.T) {
+	iptablesOnly(t, "kproxy explain --live reads iptables-save")
 	top := proxytest.Default()
 	svc := top.Service("explained", 120)
 	backends := []string{proxytest.PodA1, proxytest.PodB1}

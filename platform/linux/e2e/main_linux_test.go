@@ -289,6 +289,16 @@ func (e *env) restore(fam v1.IPFamily, rules string) {
 	}
 }
 
+// nftRuleset returns "nft list ruleset" in node1.
+func (e *env) nftRuleset() string {
+	e.t.Helper()
+	out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, "nft", "list", "ruleset")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(out)
+}
+
 func (e *env) dumpRules() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -68,10 +68,31 @@ func TestCleanup(t *testing.T) {
 					before[string(fam)+"/"+table] = e.save(fam, table)
 				}
 			}
+			before["nft"] = e.nftRuleset()
 		},
 	})
 	if err := e.p.Stop(10 * time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+	if nftMode() {
+		// The nftables mode: kproxy's tables stay after a stop, go with
+		// --cleanup, and "nft list ruleset" is exactly as before (the host
+		// firewall table and iptables-nft's tables untouched).
+		if !strings.Contains(e.nftRuleset(), "table ip kproxy") {
+			t.Fatalf("no kproxy table after a stop: nothing to clean up")
+		}
+		out, err := e.p.Cleanup(e.ctx(time.Minute))
+		if err != nil {
+			t.Fatalf("kproxy --cleanup: %v", err)
+		}
+		t.Logf("kproxy --cleanup output:\n%s", LastLines(string(out), 20))
+		if got, want := e.nftRuleset(), before["nft"]; got != want {
+			t.Errorf("nft list ruleset after --cleanup differs from before kproxy ran:\n--- before\n%s\n--- after\n%s", want, got)
+		}
+		if out, err := e.p.Cleanup(e.ctx(time.Minute)); err != nil {
+			t.Errorf("second kproxy --cleanup: %v\n%s", err, out)
+		}
+		return
 	}
 	// Stopping leaves the rules in place (see TestRestart); cleanup removes them.
 	if !strings.Contains(e.save(v1.IPv4Protocol, "nat"), ":KPROXY-") {

@@ -139,6 +139,7 @@ fi
 // over several sync periods, and the port is counted in
 // kproxy_sync_quarantined_service_ports.
 func TestRejectedServiceIsolated(t *testing.T) {
+	iptablesOnly(t, "it replaces iptables-restore with a shim that rejects one Service")
 	top := proxytest.Default()
 	bad := top.Service("bad", 112)
 	good := top.Service("good", 113)
@@ -209,6 +210,7 @@ func grepLines(s, sub string) string {
 // kproxy chain; when kproxy no longer needs that chain, iptables cannot
 // delete it. Every other change is still programmed and health stays good.
 func TestForeignReferenceToKproxyChain(t *testing.T) {
+	iptablesOnly(t, "a foreign iptables rule jumping into a KPROXY chain")
 	top := proxytest.Default()
 	gone := top.Service("gone", 114)
 	web := top.Service("web", 115)

@@ -369,20 +369,42 @@ func TestFlushedChainsRestored(t *testing.T) {
 		extra: []string{"--iptables-sync-period", syncPeriod.String()}})
 	ctx := e.ctx(2 * time.Minute)
 	addrs := []netip.AddrPort{clusterIP(svc, v1.IPv4Protocol), clusterIP(svc, v1.IPv6Protocol)}
-	for _, tc := range []struct {
+	type change struct {
 		name string
 		args [][]string
-	}{
+	}
+	changes := []change{
 		{"flush", [][]string{{"-t", "nat", "-F"}, {"-t", "filter", "-F"}}},
 		{"flush and delete chains", [][]string{{"-t", "nat", "-F"}, {"-t", "filter", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-X"}}},
 		// Another agent rewriting the built-in chains: kproxy's chains stay,
 		// its jumps into them go.
 		{"built-in chains flushed", [][]string{{"-t", "nat", "-F", "PREROUTING"}, {"-t", "nat", "-F", "OUTPUT"}}},
-	} {
+	}
+	if nftMode() {
+		// The same in nftables: kproxy's table flushed, deleted, or its
+		// entry chains emptied (args: nft commands, "%s" the family).
+		changes = []change{
+			{"table flushed", [][]string{{"flush", "table", "%s", "kproxy"}}},
+			{"table deleted", [][]string{{"delete", "table", "%s", "kproxy"}}},
+			{"entry chains flushed", [][]string{{"flush", "chain", "%s", "kproxy", "nat-prerouting"}, {"flush", "chain", "%s", "kproxy", "nat-output"}}},
+			{"dispatch map flushed", [][]string{{"flush", "map", "%s", "kproxy", "frontends"}}},
+		}
+	}
+	for _, tc := range changes {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, fam := range families() {
 				for _, a := range tc.args {
-					e.iptables(fam, a...)
+					if !nftMode() {
+						e.iptables(fam, a...)
+						continue
+					}
+					cmd := []string{"nft"}
+					for _, w := range a {
+						cmd = append(cmd, strings.ReplaceAll(w, "%s", nftFamily(fam)))
+					}
+					if _, err := e.c.Exec(ctx, proxytest.Node1, cmd...); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			t0 := time.Now()

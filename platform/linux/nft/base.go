@@ -163,10 +163,25 @@ func (r *renderer) fixedChains(n Node) []baseChain {
 	return out
 }
 
-// fixedElems are the elements of the fixed sets that depend on the node:
-// the pod CIDRs and the NodePort addresses.
+// canaries are elements no packet can match (destination port 0 of the
+// unspecified address, NodePort 0) in the dispatch maps: every partial
+// transaction deletes and adds them again, so it fails if someone flushed
+// a map or deleted the table, and the next sync is full.
+func (r *renderer) canaries() []elem {
+	unspec := "0.0.0.0"
+	if r.f.ip == "ip6" {
+		unspec = "::"
+	}
+	return []elem{
+		{set: MapFrontends, key: []string{unspec, "tcp", "0"}, val: []string{"drop"}},
+		{set: MapNodePorts, key: []string{"tcp", "0"}, val: []string{"drop"}},
+	}
+}
+
+// fixedElems are the elements of the fixed sets: the canaries, and what
+// depends on the node (the pod CIDRs and the NodePort addresses).
 func (r *renderer) fixedElems(n Node) []elem {
-	var out []elem
+	out := r.canaries()
 	if n.PodSources && r.podMatch == r.f.ip+" saddr @"+SetPodCIDRs {
 		for _, p := range n.PodCIDRs {
 			out = append(out, elem{set: SetPodCIDRs, key: []string{p.String()}})

@@ -334,6 +334,9 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	}
 
 	rd.finish(t, last, next, full)
+	if !full && (len(t.chains)+len(t.rules)+len(t.delElems)+len(t.addElems)+len(t.delChains)+len(t.delSets) > 0) {
+		rd.canary(r, t)
+	}
 	if full && in.Existing != nil {
 		// Whatever kproxy's table holds that nothing wants any more: its
 		// chains were flushed at the start, so nothing points at them.
@@ -364,6 +367,27 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	t.write(plan.Tx)
 	proxy.SortUnsupported(plan.Problems)
 	return plan, next
+}
+
+// canary deletes and adds the canary elements again (see canaries).
+func (rd *Renderer) canary(r *renderer, t *tx) {
+	for _, e := range r.canaries() {
+		t.delElem(e)
+		t.addElem(e)
+	}
+	t.stats.AddedElements -= len(r.canaries())
+	t.stats.DeletedElements -= len(r.canaries())
+}
+
+// Canary returns a transaction that only deletes and adds the canary
+// elements again: it fails when the table or its dispatch maps lost them
+// (a sync with nothing to write runs it to check).
+func (rd *Renderer) Canary() *knftables.Transaction {
+	t := &tx{}
+	rd.canary(newRenderer(rd.cfg, false), t)
+	out := rd.newTx()
+	t.write(out)
+	return out
 }
 
 // writeFixed starts a full transaction: the table, its fixed sets and maps

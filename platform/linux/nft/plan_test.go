@@ -258,7 +258,7 @@ func TestEndpointChangeWritesOnlyElements(t *testing.T) {
 		if plan.Stats.AddedElements != tc.added || plan.Stats.DeletedElements != tc.deleted {
 			t.Errorf("%s: %d elements added, %d deleted; want %d, %d:\n%s", tc.name, plan.Stats.AddedElements, plan.Stats.DeletedElements, tc.added, tc.deleted, text)
 		}
-		if got := strings.Contains(text, "frontends"); got != tc.wantVerdictChange {
+		if got := strings.Contains(strings.ReplaceAll(text, "frontends { 0.0.0.0 . tcp . 0", ""), "frontends"); got != tc.wantVerdictChange {
 			t.Errorf("%s: verdict element changed = %v, want %v:\n%s", tc.name, got, tc.wantVerdictChange, text)
 		}
 		run(t, f, plan)
