@@ -52,11 +52,8 @@ func median(d []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// BenchmarkKernelSync measures real syncs in a throwaway namespace, for each
-// flavour and size (-kernel-bench-sizes): the first full sync from empty
-// tables (start to programmed), the median of 5 one-endpoint-change syncs,
-// and a periodic full resync. Run with -benchtime 1x.
-func BenchmarkKernelSync(b *testing.B) {
+// kernelBenchSizes parses -kernel-bench-sizes.
+func kernelBenchSizes(b *testing.B) []int {
 	var sizes []int
 	for _, s := range strings.Split(*benchSizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -65,6 +62,15 @@ func BenchmarkKernelSync(b *testing.B) {
 		}
 		sizes = append(sizes, n)
 	}
+	return sizes
+}
+
+// BenchmarkKernelSync measures real syncs in a throwaway namespace, for each
+// flavour and size (-kernel-bench-sizes): the first full sync from empty
+// tables (start to programmed), the median of 5 one-endpoint-change syncs,
+// and a periodic full resync. Run with -benchtime 1x.
+func BenchmarkKernelSync(b *testing.B) {
+	sizes := kernelBenchSizes(b)
 	for _, f := range flavours {
 		for _, n := range sizes {
 			b.Run(fmt.Sprintf("%s/services=%d", f, n), func(b *testing.B) {
