@@ -107,11 +107,15 @@ test-integration: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./platform/linux/integration/
 
 # bench-cluster: BENCH_SERVICES Services × 10 endpoints loaded through the
-# API, then kproxy's start-to-programmed time, one endpoint change, RSS and
-# rules on each of BENCH_FLAVOURS (root; docs/benchmarks.md has the results).
-# Example: make bench-cluster BENCH_SERVICES=5000 BENCH_FLAVOURS=nft
+# API, then kproxy's start-to-programmed time, one endpoint change, RSS,
+# rules and new connections per second through a ClusterIP, in each of
+# BENCH_MODES (iptables: once per BENCH_FLAVOURS) (root; docs/benchmarks.md
+# has the results).
+# Example: make bench-cluster BENCH_SERVICES=5000 BENCH_MODES=nftables
 BENCH_SERVICES ?= 1000,5000,10000
 BENCH_FLAVOURS ?= legacy,nft
+BENCH_MODES ?= iptables,nftables
 bench-cluster: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
-		./platform/linux/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS)
+		./platform/linux/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS) \
+		-cluster-bench-modes=$(BENCH_MODES)

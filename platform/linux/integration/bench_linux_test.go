@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -32,7 +33,9 @@ import (
 
 var (
 	benchServices  = flag.String("cluster-bench-services", "1000", "comma-separated Service counts for BenchmarkCluster")
-	benchFlavours  = flag.String("cluster-bench-flavours", "legacy,nft", "iptables flavours for BenchmarkCluster (at most two: the first runs kproxy on node1, the second on node2)")
+	benchFlavours  = flag.String("cluster-bench-flavours", "legacy,nft", "iptables flavours for BenchmarkCluster's iptables mode")
+	benchModes     = flag.String("cluster-bench-modes", "iptables", "proxy modes for BenchmarkCluster: iptables (once per flavour), nftables")
+	benchDataPlane = flag.Int("cluster-bench-connections", 2000, "new TCP connections of the data-plane measurement (0: none)")
 	benchEndpoints = flag.Int("cluster-bench-endpoints", 10, "endpoints per Service for BenchmarkCluster")
 	benchWriters   = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
 	benchProfiles  = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
@@ -79,13 +82,33 @@ func BenchmarkCluster(b *testing.B) {
 		}
 		sizes = append(sizes, n)
 	}
-	flavours := strings.Split(*benchFlavours, ",")
-	if len(flavours) > 2 {
-		b.Fatalf("-cluster-bench-flavours: at most two (one per node), got %v", flavours)
+	// The variants: an iptables flavour ("legacy", "nft") or the nftables
+	// mode ("nftables"). They take node1 and node2 in turn; a node used
+	// again is cleaned up first (kproxy --cleanup, host firewall reset).
+	var flavours, variants []string
+	for _, m := range strings.Split(*benchModes, ",") {
+		switch strings.TrimSpace(m) {
+		case "iptables":
+			for _, f := range strings.Split(*benchFlavours, ",") {
+				flavours = append(flavours, strings.TrimSpace(f))
+			}
+			variants = append(variants, flavours...)
+		case "nftables":
+			variants = append(variants, "nftables")
+		case "kube-proxy-iptables", "kube-proxy-nftables":
+			// Upstream kube-proxy v1.37.2 (built by make controlplane)
+			// on the same API server, for the side-by-side numbers.
+			variants = append(variants, strings.TrimSpace(m))
+			if m == "kube-proxy-iptables" && !slices.Contains(flavours, "nft") {
+				flavours = append(flavours, "nft")
+			}
+		default:
+			b.Fatalf("-cluster-bench-modes: %q is none of iptables, nftables, kube-proxy-iptables, kube-proxy-nftables", m)
+		}
 	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			bins := requireBench(b, flavours)
+			bins := requireBench(b, flavours, slices.ContainsFunc(variants, func(v string) bool { return strings.HasSuffix(v, "nftables") }))
 			c := netns.New(b, netns.Options{EchoBinary: echoBin})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 			defer cancel()
@@ -98,23 +121,39 @@ func BenchmarkCluster(b *testing.B) {
 					b.Errorf("stopping the control plane: %v", err)
 				}
 			})
-			w := &benchWorld{b: b, Env: ie, n: n, eps: *benchEndpoints}
+			w := &benchWorld{b: b, Env: ie, n: n, eps: *benchEndpoints, kubeProxy: bins.KubeProxy}
+			if slices.ContainsFunc(variants, func(v string) bool { return strings.HasPrefix(v, "kube-proxy-") }) {
+				if bins.KubeProxy == "" {
+					b.Fatal("upstream kube-proxy is not built: run make controlplane")
+				}
+				if err := grantServiceCIDRs(ctx, ie); err != nil {
+					b.Fatal(err)
+				}
+			}
 			w.load(ctx)
-			for i, flav := range flavours {
-				host := c.Topology.Nodes[i].Name
-				b.Run(flav, func(b *testing.B) {
+			used := map[string]bool{}
+			for i, variant := range variants {
+				host := c.Topology.Nodes[i%2].Name
+				b.Run(variant, func(b *testing.B) {
 					w.b = b
-					w.measure(ctx, host, strings.TrimSpace(flav))
+					if used[host] {
+						w.resetNode(ctx, host)
+					}
+					used[host] = true
+					w.measure(ctx, host, variant)
 				})
 			}
 		})
 	}
 }
 
-// requireBench is requireIntegration for the flavours benchmarked.
-func requireBench(b *testing.B, flavours []string) controlplane.Binaries {
+// requireBench is requireIntegration for the flavours (and nft) benchmarked.
+func requireBench(b *testing.B, flavours []string, nft bool) controlplane.Binaries {
 	b.Helper()
 	var tools []string
+	if nft {
+		tools = append(tools, "nft")
+	}
 	for _, f := range flavours {
 		f = strings.TrimSpace(f)
 		if f != "legacy" && f != "nft" {
@@ -139,6 +178,8 @@ type benchWorld struct {
 	loadTook time.Duration
 	// changed counts the endpoint changes made, for fresh addresses.
 	changed int
+	// kubeProxy is upstream kube-proxy's binary (the kube-proxy-* variants).
+	kubeProxy string
 }
 
 // benchEndpoint is the address of endpoint k (10.128.0.0/9, as the backend's
@@ -243,8 +284,22 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	if _, err := w.Writer.SetEndpoints(ctx, w.probe, proxytest.Ready(near)...); err != nil {
 		b.Fatal(err)
 	}
-	if err := SeedFlavour(ctx, c, host, flavour); err != nil {
-		b.Fatal(err)
+	// flavour is the variant: an iptables flavour, "nftables", or
+	// "kube-proxy-<mode>" (upstream, iptables on iptables-nft).
+	binary := kproxyBin
+	upstreamMode, upstream := strings.CutPrefix(flavour, "kube-proxy-")
+	if upstream {
+		binary = w.kubeProxy
+	}
+	nftables := flavour == "nftables" || upstreamMode == "nftables"
+	tables := flavour
+	if upstreamMode == "iptables" {
+		tables = "nft"
+	}
+	if !nftables {
+		if err := SeedFlavour(ctx, c, host, tables); err != nil {
+			b.Fatal(err)
+		}
 	}
 	logDir := os.Getenv(LogDirEnv)
 	if logDir == "" {
@@ -254,7 +309,13 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	if *benchProfiles != "" {
 		args = append(args, "--profiling")
 	}
-	p := w.Proxy(kproxyBin, host, logDir, args...)
+	switch {
+	case upstream:
+		args = append(args, "--proxy-mode", upstreamMode)
+	case nftables:
+		args = append(args, "--proxy-mode", "nftables")
+	}
+	p := w.Proxy(binary, host, logDir, args...)
 	// kproxy inherits the environment: gctrace=1 makes its runtime print
 	// the live heap after every collection (read back below).
 	b.Setenv("GODEBUG", "gctrace=1")
@@ -287,7 +348,25 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		if !ok || ts == 0 {
 			continue
 		}
-		nat, err := Save(ctx, c, host, v1.IPv4Protocol, flavour, "nat")
+		if nftables {
+			got, err := nftFrontends(ctx, c, host, upstream)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got < w.n {
+				b.Logf("a sync programmed %d of %d Services; waiting", got, w.n)
+				continue
+			}
+			ts6, _ := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv6")
+			programmed = time.Unix(0, int64(max(ts, ts6)*1e9))
+			if !upstream {
+				el, _ := m.Get("kproxy_nftables_objects", "ip_family", "IPv4", "kind", "elements")
+				ch, _ := m.Get("kproxy_nftables_objects", "ip_family", "IPv4", "kind", "chains")
+				rules, chains = int(el), int(ch)
+			}
+			break
+		}
+		nat, err := Save(ctx, c, host, v1.IPv4Protocol, tables, "nat")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -298,7 +377,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		// Take the end of the sync that covered both families.
 		ts6, _ := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv6")
 		programmed = time.Unix(0, int64(max(ts, ts6)*1e9))
-		filter, err := Save(ctx, c, host, v1.IPv4Protocol, flavour, "filter")
+		filter, err := Save(ctx, c, host, v1.IPv4Protocol, tables, "filter")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -338,6 +417,20 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		traffic = append(traffic, time.Since(t0))
 	}
 
+	// The data plane: new TCP connections from the client pod through the
+	// probe Service's ClusterIP, and straight to its pod.
+	var dp dataPlane
+	if *benchDataPlane > 0 {
+		w.awaitIdle(ctx, host)
+		dp.service = w.connect(ctx, client, clusterIP(w.probe, v1.IPv4Protocol), *benchDataPlane)
+		pod, _ := c.Topology.Host(targets[(trafficRuns-1)%2])
+		dp.direct = w.connect(ctx, client, netip.AddrPortFrom(pod.IPv4, proxytest.EchoPort), *benchDataPlane)
+		b.ReportMetric(dp.service.rate, "svc-conn/s")
+		b.ReportMetric(dp.direct.rate, "pod-conn/s")
+		b.Logf("data plane: %d connections through the ClusterIP: %.0f/s, connect p50 %v p99 %v; straight to the pod: %.0f/s, p50 %v p99 %v",
+			*benchDataPlane, dp.service.rate, dp.service.p50, dp.service.p99, dp.direct.rate, dp.direct.p50, dp.direct.p99)
+	}
+
 	memEnd, err := ProcMemory(pid)
 	if err != nil {
 		b.Fatal(err)
@@ -370,6 +463,72 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		round(kernelChange), round(slices.Max(kernel)), round(trafficChange),
 		MiB(memProgrammed.RSS), MiB(memEnd.RSS), MiB(memEnd.HWM), heap, live, rules, chains,
 		round(w.loadTook), load0, load1)
+}
+
+// nftFrontends counts the bench Services' ClusterIPs in kproxy's IPv4
+// dispatch map.
+func nftFrontends(ctx context.Context, c *netns.Cluster, host string, upstream bool) (int, error) {
+	table, m := "kproxy", "frontends"
+	if upstream {
+		table, m = "kube-proxy", "service-ips"
+	}
+	out, err := c.Exec(ctx, host, "nft", "list", "map", "ip", table, m)
+	if err != nil {
+		return 0, nil // not there yet
+	}
+	return strings.Count(string(out), " . tcp . 80 :"), nil
+}
+
+// resetNode makes a node kproxy ran on fresh again: kproxy --cleanup of
+// every mode, and the host firewall's FORWARD policy back to ACCEPT.
+func (w *benchWorld) resetNode(ctx context.Context, host string) {
+	p := w.Proxy(kproxyBin, host, w.b.TempDir())
+	if out, err := p.Cleanup(ctx); err != nil {
+		w.b.Fatalf("kproxy --cleanup on %s: %v\n%s", host, err, out)
+	}
+	for _, bin := range []string{"iptables-legacy", "ip6tables-legacy", "iptables-nft", "ip6tables-nft"} {
+		for _, args := range [][]string{{"-w", "-P", "FORWARD", "ACCEPT"}, {"-w", "-F", "INPUT"}} {
+			_, _ = w.Cluster.Exec(ctx, host, append([]string{bin}, args...)...)
+		}
+	}
+}
+
+// connStats are one data-plane measurement.
+type connStats struct {
+	rate     float64 // connections per second
+	p50, p99 time.Duration
+}
+
+type dataPlane struct{ service, direct connStats }
+
+// connect opens n TCP connections, one after the other, from client to
+// addr (each closed at once) and returns the rate and connect latencies.
+func (w *benchWorld) connect(ctx context.Context, client string, addr netip.AddrPort, n int) connStats {
+	ns, err := w.Cluster.MustNS(client)
+	if err != nil {
+		w.b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, n)
+	var took time.Duration
+	if err := ns.Do(func() error {
+		d := net.Dialer{Timeout: 2 * time.Second}
+		begin := time.Now()
+		for range n {
+			t0 := time.Now()
+			conn, err := d.DialContext(ctx, "tcp", addr.String())
+			if err != nil {
+				return err
+			}
+			lat = append(lat, time.Since(t0))
+			_ = conn.Close()
+		}
+		took = time.Since(begin)
+		return nil
+	}); err != nil {
+		w.b.Fatalf("connecting to %s from %s: %v", addr, client, err)
+	}
+	slices.Sort(lat)
+	return connStats{rate: float64(n) / took.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
 }
 
 // saveHeapProfile stores kproxy's heap profile (go tool pprof reads it)
