@@ -34,11 +34,11 @@ type NFTOptions struct {
 	Host      Host
 	// Metrics receives what each sync did (nil: none).
 	Metrics NFTMetrics
-	// TakeOver, when set, runs once after the first successful full sync:
-	// it removes what another proxy left (kube-proxy's iptables chains and
-	// nftables table, kproxy's own iptables chains), now that kproxy's
-	// table serves the same Services. Its error is logged and it is tried
-	// again after the next full sync.
+	// TakeOver, when set, runs once after the first successful full sync,
+	// in the background: it removes what another proxy left (kube-proxy's
+	// iptables chains and nftables table, kproxy's own iptables chains),
+	// now that kproxy's table serves the same Services. Its error is
+	// logged and it is tried again after the next full sync.
 	TakeOver func(ctx context.Context) error
 	// Logger receives the backend's log lines (zero: klog's global one).
 	Logger klog.Logger
@@ -211,11 +211,17 @@ func (b *NFTBackend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Ch
 	}
 	deleted := b.cleanConntrack(b.staleFlows(old, next, view, ch, full))
 	if full && !b.tookOver && b.opts.TakeOver != nil {
-		if err := b.opts.TakeOver(ctx); err != nil {
-			b.log.Error(err, "Taking over from another proxy failed; retrying after the next full sync")
-		} else {
-			b.tookOver = true
-		}
+		// Off the sync's path: kproxy's table already serves every
+		// Service, so what the other proxy left only has to go.
+		b.tookOver = true
+		go func() {
+			if err := b.opts.TakeOver(ctx); err != nil && ctx.Err() == nil {
+				b.log.Error(err, "Taking over from another proxy failed; retrying after the next full sync")
+				b.mu.Lock()
+				b.tookOver = false
+				b.mu.Unlock()
+			}
+		}()
 	}
 	b.last = NFTSyncResult{Full: full, Duration: time.Since(start), Stats: plan.Stats, ConntrackDeleted: deleted}
 	b.log.V(2).Info("Synced nftables", "full", full, "servicePorts", plan.Stats.ServicePorts,
