@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
@@ -189,7 +190,7 @@ func TestLeastConnection(t *testing.T) {
 func TestLeastConnectionWeights(t *testing.T) {
 	eps := []proxy.Endpoint{ep("10.244.2.1", 80, false), ep("10.244.2.2", 80, false), ep("10.244.2.3", 80, false)}
 	conns := map[netip.AddrPort]int{eps[0].AddrPort(): 1, eps[1].AddrPort(): 3}
-	w := leastConnWeights(eps, conns)
+	w := intent.LeastConnectionWeights(eps, conns)
 	want := []float64{0.5, 0.25, 1}
 	for i := range w {
 		if math.Abs(w[i]-want[i]) > 1e-12 {

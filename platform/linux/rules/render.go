@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
@@ -125,15 +126,11 @@ func savedProbability(p float64) string {
 	return strconv.FormatFloat(v/float64(uint64(1)<<31), 'f', 11, 64)
 }
 
-// leastConnWeights gives each endpoint the weight 1/(1+c), c its
-// established connections (conns: from conntrack; nil or missing: 0), so a
-// new connection goes to an endpoint with probability inversely
-// proportional to its load plus one: with 2 endpoints, one holding 50
-// connections and one none, 51/52 (98%) go to the idle one.
-func leastConnWeights(eps []proxy.Endpoint, conns map[netip.AddrPort]int) []float64 {
-	out := make([]float64, len(eps))
-	for i, ep := range eps {
-		out[i] = 1 / float64(1+max(conns[ep.AddrPort()], 0))
+// equalWeights are n weights of 1 (least connection without counts).
+func equalWeights(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = 1
 	}
 	return out
 }
@@ -213,140 +210,136 @@ func commentText(s string) string {
 	return string(b)
 }
 
-// problem describes input that was skipped.
-func problem(sp *proxy.ServicePort, field, format string, args ...any) string {
-	return fmt.Sprintf("service port %s: %s: %s", sp.Name, field, fmt.Sprintf(format, args...))
-}
-
 func (r *renderer) addrOK(a netip.Addr) bool {
-	return a.IsValid() && a.Is6() == r.cfg.is6() && !a.Is4In6() && !a.IsUnspecified()
+	c := intent.Config{Family: r.cfg.Family}
+	return c.AddrOK(a)
 }
 
-// validEndpoints drops endpoints that cannot be rendered.
-func (r *renderer) validEndpoints(sp *proxy.ServicePort, field string, eps []proxy.Endpoint, problems *[]string) []proxy.Endpoint {
-	for i, ep := range eps {
-		if r.addrOK(ep.IP) && ep.Port > 0 && ep.Port <= 65535 {
-			continue
-		}
-		// Slow path: copy the good ones.
-		out := make([]proxy.Endpoint, 0, len(eps))
-		out = append(out, eps[:i]...)
-		for j, ep := range eps[i:] {
-			if r.addrOK(ep.IP) && ep.Port > 0 && ep.Port <= 65535 {
-				out = append(out, ep)
-				continue
-			}
-			*problems = append(*problems, problem(sp, fmt.Sprintf("%s[%d]", field, i+j), "endpoint %s is not a valid %s address and port", ep, r.cfg.Family))
-		}
-		return out
+// intentConfig is the intent layer's configuration for this planner: the
+// family, masquerade-all, whether pods can be told apart (a detect-local
+// match is known) and the node's addresses.
+func (r *renderer) intentConfig(nodeIPs []netip.Addr) intent.Config {
+	return intent.Config{Family: r.cfg.Family, MasqueradeAll: r.cfg.MasqueradeAll, PodSources: len(r.local) > 0, NodeIPs: nodeIPs}
+}
+
+// problemStrings renders problems the way plans list them.
+func problemStrings(ps []proxy.Unsupported) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Message)
 	}
-	return eps
+	return out
 }
 
-// renderPort renders one service port. nodeIPs are the node's addresses
-// (used when loadBalancerSourceRanges contain one of them). It returns nil
-// and the problems when the port cannot be rendered at all.
+// renderPort renders one service port: its intent (built here, with the
+// least-connection counts of the plan) as chains and dispatch entries. It
+// returns nil and the problems when the port cannot be rendered at all.
 func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*portOut, []string) {
+	p, problems := intent.Build(r.intentConfig(nodeIPs), sp, r.conns[sp.Name])
+	if p == nil {
+		return nil, problemStrings(problems)
+	}
+	out, more := r.render(p)
+	return out, append(problemStrings(problems), more...)
+}
+
+// render renders a port's intent. Every decision is the intent's: this
+// only chooses how iptables expresses it. A ClusterIP DNATs through the
+// chain of its set (SVC: cluster endpoints, SVL: local ones), which also
+// holds the masquerade rule for the ClusterIP's sources; the external
+// frontends share one EXT chain expressing their per-source routes (pods
+// by the detect-local match, the node by its source address type, every
+// other client last); source ranges add an FW chain per port in front of
+// its load balancer IPs.
+func (r *renderer) render(p *intent.Port) (*portOut, []string) {
 	var problems []string
-	switch {
-	case sp.Family != r.cfg.Family:
-		return nil, []string{problem(sp, "family", "%s port in the %s view", sp.Family, r.cfg.Family)}
-	case !r.addrOK(sp.ClusterIP):
-		return nil, []string{problem(sp, "clusterIP", "%q is not a valid %s address", sp.ClusterIP, r.cfg.Family)}
-	case sp.Port <= 0 || sp.Port > 65535:
-		return nil, []string{problem(sp, "port", "%d is out of range", sp.Port)}
-	case sp.Protocol != v1.ProtocolTCP && sp.Protocol != v1.ProtocolUDP && sp.Protocol != v1.ProtocolSCTP:
-		return nil, []string{problem(sp, "protocol", "%q is not TCP, UDP or SCTP", sp.Protocol)}
-	}
-	proto := protoName(sp.Protocol)
-	id := portID(sp.Name)
+	proto := protoName(p.Protocol)
+	id := portID(p.Name)
 	svcName, svlName, extName, fwName := kindSVC+id, kindSVL+id, kindEXT+id, kindFW+id
-	clusterEPs := r.validEndpoints(sp, "clusterEndpoints", sp.ClusterEndpoints, &problems)
-	localEPs := r.validEndpoints(sp, "localEndpoints", sp.LocalEndpoints, &problems)
-	switch sp.EffectiveAlgorithm() {
-	case proxy.AlgorithmSourceHash:
-		if n := max(len(clusterEPs), len(localEPs)); n > proxy.MaxSourceHashEndpoints {
-			problems = append(problems, problem(sp, "algorithm", "source-hash spreads over at most %d endpoints, %d here: using random", proxy.MaxSourceHashEndpoints, n))
+	if p.Algorithm == proxy.AlgorithmSourceHash {
+		if n := max(len(p.Cluster), len(p.Local)); n > proxy.MaxSourceHashEndpoints {
+			problems = append(problems, fmt.Sprintf("service port %s: algorithm: source-hash spreads over at most %d endpoints, %d here: using random", p.Name, proxy.MaxSourceHashEndpoints, n))
 		}
 	}
-	nodePort := sp.NodePort
-	if nodePort < 0 || nodePort > 65535 {
-		problems = append(problems, problem(sp, "nodePort", "%d is out of range", nodePort))
-		nodePort = 0
-	}
-	var extIPs, lbIPs []netip.Addr
-	for i, a := range sp.ExternalIPs {
-		if r.addrOK(a) {
-			extIPs = append(extIPs, a)
-		} else {
-			problems = append(problems, problem(sp, fmt.Sprintf("externalIPs[%d]", i), "%q is not a valid %s address", a, r.cfg.Family))
-		}
-	}
-	for i, a := range sp.LoadBalancerIPs {
-		if r.addrOK(a) {
-			lbIPs = append(lbIPs, a)
-		} else {
-			problems = append(problems, problem(sp, fmt.Sprintf("loadBalancerIPs[%d]", i), "%q is not a valid %s address", a, r.cfg.Family))
-		}
-	}
-	external := nodePort != 0 || len(extIPs) > 0 || len(lbIPs) > 0
-
 	out := &portOut{}
-	empty := ChainReject
-	if sp.HasAnyEndpoints {
-		empty = ChainDrop
+	need := [2]bool{} // SVC, SVL: some rule jumps to it
+	nameOf := func(s intent.Set) string {
+		if s == intent.Local {
+			return svlName
+		}
+		return svcName
 	}
-	needSVC, needSVL := false, false
+	chainOf := func(s intent.Set) string { // a jump is written to it
+		need[s] = true
+		return nameOf(s)
+	}
+	// target names where a route goes (pure); jump marks it written.
+	target := func(rt intent.Route) string {
+		switch rt.Verdict {
+		case intent.Reject:
+			return ChainReject
+		case intent.Drop:
+			return ChainDrop
+		}
+		return nameOf(rt.Set)
+	}
+	jump := func(rt intent.Route) string {
+		if rt.Verdict == intent.DNAT {
+			return chainOf(rt.Set)
+		}
+		return target(rt)
+	}
 
-	// Traffic to the ClusterIP.
-	var intTarget string
-	switch {
-	case !sp.InternalPolicyLocal && len(clusterEPs) > 0:
-		intTarget, needSVC = svcName, true
-	case sp.InternalPolicyLocal && len(localEPs) > 0:
-		intTarget, needSVL = svlName, true
-	default:
-		intTarget = empty
+	// Traffic to the ClusterIP: its sources differ at most by masquerade.
+	cip := p.ClusterIP()
+	intTarget := jump(cip.Route(intent.FromOutside))
+	masqSet := -1 // the set whose chain gets the ClusterIP's masquerade rule
+	if rt := cip.Route(intent.FromOutside); rt.Verdict == intent.DNAT {
+		masqSet = int(rt.Set)
 	}
 
 	// Traffic to the external frontends.
 	var extTarget string
 	var ext *builder
+	routes, external := p.ExternalRoutes()
 	if external {
+		pod, node, outside := routes[intent.FromPod], routes[intent.FromNode], routes[intent.FromOutside]
 		switch {
-		case !sp.HasAnyEndpoints:
-			extTarget = ChainReject
-		case !sp.ExternalPolicyLocal && len(clusterEPs) == 0:
-			extTarget = empty
-		case !sp.ExternalPolicyLocal:
-			// Everything from outside is masqueraded, then goes to any endpoint.
+		case pod == node && node == outside && outside.Verdict != intent.DNAT:
+			extTarget = jump(outside)
+		case pod == node && node == outside && outside.Masquerade:
+			// Everything is masqueraded, then goes to the set's chain.
 			ext = &builder{chain: extName}
 			ext.add(r.setMasq)
-			ext.add("-j", svcName)
-			needSVC = true
+			ext.add("-j", chainOf(outside.Set))
 		default:
-			// externalTrafficPolicy Local: pods and the node itself
-			// short-circuit to the cluster endpoints (as if they had gone out
-			// to the load balancer and back); others go to local endpoints.
+			// Per source class: pods first (as if they had gone out to
+			// the load balancer and back), then the node itself, then
+			// every other client.
 			ext = &builder{chain: extName}
-			if len(clusterEPs) > 0 {
+			if pod != outside {
 				for _, m := range r.local {
-					ext.add(m.is, "-j", svcName)
+					ext.add(m.is, "-j", jump(pod))
 				}
 			}
-			ext.add("-m addrtype --src-type LOCAL", r.setMasq)
-			if len(clusterEPs) > 0 {
-				ext.add("-m addrtype --src-type LOCAL", "-j", svcName)
-				needSVC = true
+			if node.Verdict == intent.DNAT && node.Masquerade {
+				ext.add("-m addrtype --src-type LOCAL", r.setMasq)
+			}
+			if target(node) != target(outside) {
+				ext.add("-m addrtype --src-type LOCAL", "-j", jump(node))
 			}
 			switch {
-			case len(localEPs) == 0:
-				ext.add("-j", ChainDrop)
-			case sp.InternalPolicyLocal:
-				ext.add("-j", svlName)
-				needSVL = true
+			case outside.Verdict != intent.DNAT:
+				ext.add("-j", jump(outside))
+			case outside.Set == intent.Local && masqSet != int(intent.Local):
+				// The ClusterIP does not use the local set: its DNAT
+				// rules go here rather than into a chain of their own.
+				r.dnatRules(ext, p, proto, intent.Local)
 			default:
-				r.dnatRules(ext, sp, proto, localEPs)
+				if outside.Masquerade {
+					ext.add(r.setMasq)
+				}
+				ext.add("-j", chainOf(outside.Set))
 			}
 		}
 		if ext != nil {
@@ -355,11 +348,18 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 	}
 
 	masqRule := func(w *builder) {
-		dst := "-d " + r.host(sp.ClusterIP)
-		pm := portMatch(proto, sp.Port)
+		// The ClusterIP's sources that are masqueraded: all, or those
+		// that are not pods (by the detect-local match).
+		if cip.Route(intent.FromPod).Masquerade {
+			w.add("-d "+r.host(cip.Addr), portMatch(proto, cip.Port), r.setMasq)
+			return
+		}
+		if !cip.Route(intent.FromOutside).Masquerade {
+			return
+		}
+		dst := "-d " + r.host(cip.Addr)
+		pm := portMatch(proto, cip.Port)
 		switch {
-		case r.cfg.MasqueradeAll:
-			w.add(dst, pm, r.setMasq)
 		case len(r.local) == 1 && r.local[0].iface:
 			// iptables-save prints -i after -d: render it in that order.
 			w.add(dst, r.local[0].not, pm, r.setMasq)
@@ -369,19 +369,15 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 			w.add(dst, pm, "-j", ChainOffCluster)
 		}
 	}
-	if needSVC {
-		w := &builder{chain: svcName}
-		if !sp.InternalPolicyLocal {
+	for _, s := range []intent.Set{intent.Cluster, intent.Local} {
+		if !need[s] {
+			continue
+		}
+		w := &builder{chain: chainOf(s)}
+		if masqSet == int(s) {
 			masqRule(w)
 		}
-		r.dnatRules(w, sp, proto, clusterEPs)
-		out.chains = append(out.chains, w.out())
-		out.rules += w.n
-	}
-	if needSVL {
-		w := &builder{chain: svlName}
-		masqRule(w)
-		r.dnatRules(w, sp, proto, localEPs)
+		r.dnatRules(w, p, proto, s)
 		out.chains = append(out.chains, w.out())
 		out.rules += w.n
 	}
@@ -389,24 +385,22 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 		out.chains = append(out.chains, ext.out())
 		out.rules += ext.n
 	}
+	// Source ranges: one FW chain in front of the port's load balancer
+	// IPs (they share their ranges).
 	lbTarget := extTarget
-	if external && len(lbIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0 {
-		w := &builder{chain: fwName}
-		ranges := r.cfg.ofFamily(sp.LoadBalancerSourceRanges)
-		allowLB := false
-		for _, p := range ranges {
-			w.add("-s", p.String(), "-j", extTarget)
-			for _, ip := range nodeIPs {
-				allowLB = allowLB || p.Contains(ip)
-			}
+	var lbs []*intent.Frontend
+	for i := range p.Frontends {
+		if p.Frontends[i].Kind == intent.LoadBalancerIP {
+			lbs = append(lbs, &p.Frontends[i])
 		}
-		// A load balancer IP assigned on the node sends the node's own
-		// traffic to it with that IP as source: allow it when the node
-		// itself is allowed.
-		if allowLB {
-			for _, ip := range lbIPs {
-				w.add("-s", r.host(ip), "-j", extTarget)
-			}
+	}
+	if len(lbs) > 0 && len(lbs[0].SourceRanges) > 0 {
+		w := &builder{chain: fwName}
+		for _, pr := range lbs[0].SourceRanges {
+			w.add("-s", pr.String(), "-j", extTarget)
+		}
+		for _, ip := range lbs[0].AllowedSources {
+			w.add("-s", r.host(ip), "-j", extTarget)
 		}
 		w.add("-j", ChainDrop)
 		out.chains = append(out.chains, w.out())
@@ -416,43 +410,35 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 	}
 
 	// Dispatch entries.
-	comment := "-m comment --comment " + commentOf(sp.Name)
-	pm := " -m " + proto + " --dport " + strconv.Itoa(int(sp.Port))
-	dispatch := func(a netip.Addr, target string, external bool) {
-		out.entries = append(out.entries, entry{
-			disp:     dispServices,
-			key:      ipShardKey(a),
-			spec:     "-d " + r.host(a) + " -p " + proto + " " + comment + pm + " -j " + target,
-			external: external,
-		})
-	}
-	dispatch(sp.ClusterIP, intTarget, false)
-	for _, a := range extIPs {
-		dispatch(a, extTarget, true)
-	}
-	for _, a := range lbIPs {
-		dispatch(a, lbTarget, true)
-	}
-	if nodePort != 0 {
-		out.entries = append(out.entries, entry{
-			disp: dispNodePorts,
-			key:  nodePortShardKey(sp.Protocol, nodePort),
-			spec: "-p " + proto + " " + comment + " -m " + proto + " --dport " + strconv.Itoa(int(nodePort)) + " -j " + extTarget,
-		})
-	}
-	out.rules += len(out.entries)
-
-	// Local endpoints a pod could reach itself through (hairpin).
-	for _, list := range [][]proxy.Endpoint{clusterEPs, localEPs} {
-		for _, ep := range list {
-			if ep.Local {
-				out.hairpin = append(out.hairpin, ep.IP)
+	comment := "-m comment --comment " + commentOf(p.Name)
+	for i := range p.Frontends {
+		fe := &p.Frontends[i]
+		switch fe.Kind {
+		case intent.NodePort:
+			out.entries = append(out.entries, entry{
+				disp: dispNodePorts,
+				key:  nodePortShardKey(p.Protocol, fe.Port),
+				spec: "-p " + proto + " " + comment + " -m " + proto + " --dport " + strconv.Itoa(int(fe.Port)) + " -j " + extTarget,
+			})
+		default:
+			t := intTarget
+			switch fe.Kind {
+			case intent.ExternalIP:
+				t = extTarget
+			case intent.LoadBalancerIP:
+				t = lbTarget
 			}
+			out.entries = append(out.entries, entry{
+				disp:     dispServices,
+				key:      ipShardKey(fe.Addr),
+				spec:     "-d " + r.host(fe.Addr) + " -p " + proto + " " + comment + " -m " + proto + " --dport " + strconv.Itoa(int(fe.Port)) + " -j " + t,
+				external: fe.Kind != intent.ClusterIP,
+			})
 		}
 	}
-	if sp.HealthCheckNodePort > 0 && sp.HealthCheckNodePort <= 65535 {
-		out.hcPort = sp.HealthCheckNodePort
-	}
+	out.rules += len(out.entries)
+	out.hairpin = p.Hairpin()
+	out.hcPort = p.HealthCheckNodePort
 	return out, problems
 }
 
@@ -463,8 +449,9 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 // endpoints)-th time (round robin); source-hash ports get one rule per slot
 // of proxy.SourceHashTable instead (sourceHashRules). It is the hot loop of a full plan: it appends bytes
 // directly.
-func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, eps []proxy.Endpoint) {
-	affinity := sp.AffinityTimeoutSeconds > 0
+func (r *renderer) dnatRules(w *builder, p *intent.Port, proto string, set intent.Set) {
+	eps := p.Endpoints(set)
+	affinity := p.AffinitySeconds > 0
 	per := 96 + len(w.chain)
 	if affinity {
 		per += 220
@@ -472,10 +459,10 @@ func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, ep
 	w.b = slices.Grow(w.b, per*len(eps))
 	var lists []string
 	if affinity {
-		seconds := strconv.Itoa(int(sp.AffinityTimeoutSeconds))
+		seconds := strconv.Itoa(int(p.AffinitySeconds))
 		lists = make([]string, 0, len(eps))
 		for _, ep := range eps {
-			list := affinityList(sp.Name, ep)
+			list := affinityList(p.Name, ep)
 			lists = append(lists, list)
 			w.begin()
 			w.str(" -p ")
@@ -492,10 +479,12 @@ func (r *renderer) dnatRules(w *builder, sp *proxy.ServicePort, proto string, ep
 		}
 	}
 	n := len(eps)
-	alg := sp.EffectiveAlgorithm()
+	alg := p.Algorithm
 	var weights []float64 // least connection: each endpoint's weight
 	if alg == proxy.AlgorithmLeastConnection {
-		weights = leastConnWeights(eps, r.conns[sp.Name])
+		if weights = p.Weights(set); weights == nil {
+			weights = equalWeights(len(eps))
+		}
 	}
 	if alg == proxy.AlgorithmSourceHash {
 		if table := proxy.SourceHashTable(eps); table != nil {
