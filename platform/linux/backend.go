@@ -282,18 +282,19 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 		err := b.opts.Iptables.Restore(ctx, restore)
 		if err != nil && to != nil && !to.empty() {
 			klog.ErrorS(err, "Taking over from kube-proxy failed; syncing without it, will retry with the next full sync", "family", b.family, "chains", to.chains())
-			b.planner.Invalidate()
 			plan, restore = b.plan(in, nil)
 			to = nil
 			err = b.opts.Iptables.Restore(ctx, restore)
 		}
 		if err != nil {
-			b.planner.Invalidate()
-			// Keep the cleanups a failed plan computed.
+			// The plan is not committed: the next one starts from what
+			// the last applied plan wrote (and is full). Keep the
+			// cleanups the failed plan computed.
 			b.pendingCT.add(plan.Conntrack)
 			return nil, fmt.Errorf("%w: %s: writing %d chains (%d bytes): %w", errRestore, b.opts.Iptables.Describe(), plan.Stats.WrittenChains, len(restore), err)
 		}
 	}
+	b.planner.Commit(plan)
 	if to != nil {
 		b.tookOver = true
 		if !to.empty() {
@@ -403,7 +404,6 @@ func (b *Backend) canaryOK(ctx context.Context) bool {
 
 // fail records a failed sync: the next one is full.
 func (b *Backend) fail() {
-	b.planner.Invalidate()
 	b.needFull = true
 }
 
@@ -519,7 +519,6 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("cleanup: deleting kproxy chains: %w", err))
 		}
 	}
-	b.planner.Invalidate()
 	b.needFull = true
 	return errors.Join(errs...)
 }

@@ -129,7 +129,7 @@ func TestSourceHashTooManyEndpoints(t *testing.T) {
 		eps = append(eps, ep(fmt.Sprintf("10.244.2.%d", 10+i), 8080, false))
 	}
 	sp := svc("ns/big", "10.96.0.40", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmSourceHash), withEndpoints(eps...))
-	plan := mustPlanner(t, testConfig(v1.IPv4Protocol)).Plan(fullInput(view(v1.IPv4Protocol, sp)))
+	plan := planned(mustPlanner(t, testConfig(v1.IPv4Protocol)), fullInput(view(v1.IPv4Protocol, sp)))
 	if len(plan.Problems) != 1 || !strings.Contains(plan.Problems[0], "source-hash spreads over at most 32 endpoints, 33 here: using random") {
 		t.Errorf("problems %q", plan.Problems)
 	}
@@ -160,7 +160,7 @@ func TestLeastConnection(t *testing.T) {
 		}
 		return m
 	}
-	plan := p.Plan(fullInput(v))
+	plan := planned(p, fullInput(v))
 	if len(plan.Problems) > 0 {
 		t.Fatal(plan.Problems)
 	}
@@ -171,7 +171,7 @@ func TestLeastConnection(t *testing.T) {
 	busy := netip.MustParseAddrPort(podRemote1 + ":8080")
 	in := Input{View: v, Changes: changed(sp.Name), Connections: map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: {busy: 50}}}
 	in.Node, in.LocalAddrs = nodeFor(v1.IPv4Protocol)
-	plan = p.Plan(in)
+	plan = planned(p, in)
 	if plan.Stats.WrittenChains == 0 {
 		t.Fatalf("new counts rewrote nothing:\n%s", plan.Restore)
 	}
@@ -201,7 +201,7 @@ func TestLeastConnectionWeights(t *testing.T) {
 	in := fullInput(view(v1.IPv4Protocol, sp))
 	in.Connections = map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: conns}
 	rs := ruleset.New()
-	kernel(t, rs, mustPlanner(t, testConfig(v1.IPv4Protocol)).Plan(in))
+	kernel(t, rs, planned(mustPlanner(t, testConfig(v1.IPv4Protocol)), in))
 	out, err := rs.Trace(ruleset.Host{}, ruleset.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
 	if err != nil {
 		t.Fatal(err)

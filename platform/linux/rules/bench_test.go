@@ -47,7 +47,7 @@ func BenchmarkPlanFull(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				plan = mustPlanner(b, cfg).Plan(in)
+				plan = planned(mustPlanner(b, cfg), in)
 			}
 			b.ReportMetric(float64(plan.Stats.Rules), "rules")
 			b.ReportMetric(float64(plan.Stats.Chains), "chains")
@@ -64,7 +64,7 @@ func BenchmarkPlanOneEndpointChange(b *testing.B) {
 			ports := benchPorts(n, 10)
 			p := mustPlanner(b, testConfig(v1.IPv4Protocol))
 			in := fullInput(proxy.NewFamilyView(v1.IPv4Protocol, ports))
-			p.Plan(in)
+			planned(p, in)
 			var name proxy.ServicePortName
 			for k := range ports {
 				name = k
@@ -90,7 +90,7 @@ func BenchmarkPlanOneEndpointChange(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				in.View = views[i%2]
-				plan = p.Plan(in)
+				plan = planned(p, in)
 			}
 			b.ReportMetric(float64(plan.Stats.WrittenRules), "rules-written")
 		})

@@ -42,7 +42,7 @@ func TestDetectLocalModes(t *testing.T) {
 			for _, c := range tc.podCIDRs {
 				in.Node.PodCIDRs = append(in.Node.PodCIDRs, netip.MustParsePrefix(c))
 			}
-			out := string(p.Plan(in).Restore)
+			out := string(planned(p, in).Restore)
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("missing %q in:\n%s", w, out)
@@ -66,14 +66,14 @@ func TestNodeCIDRChangeRewritesEverything(t *testing.T) {
 	p := mustPlanner(t, cfg)
 	v := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.1", 80, false))))
 	in := fullInput(v)
-	p.Plan(in)
+	planned(p, in)
 	in.Changes = proxy.Changes{}
-	if plan := p.Plan(in); plan.Full || len(plan.Restore) != 0 {
+	if plan := planned(p, in); plan.Full || len(plan.Restore) != 0 {
 		t.Fatalf("no-change plan: full=%v restore=%q", plan.Full, plan.Restore)
 	}
 	in.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24")}
 	in.Changes = proxy.Changes{Node: true}
-	plan := p.Plan(in)
+	plan := planned(p, in)
 	if !plan.Full || !strings.Contains(string(plan.Restore), "! -s 10.244.7.0/24 -d 10.96.0.1/32") {
 		t.Fatalf("after the node's pod CIDR arrived: full=%v\n%s", plan.Full, plan.Restore)
 	}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -26,6 +27,17 @@ type dispatch struct {
 	members map[uint16]map[proxy.ServicePortName]struct{}
 	// dirty keys of this sync
 	dirty map[uint16]bool
+}
+
+// clone copies the dispatch (its member sets too).
+func (d *dispatch) clone() *dispatch {
+	c := *d
+	c.members = make(map[uint16]map[proxy.ServicePortName]struct{}, len(d.members))
+	for k, m := range d.members {
+		c.members[k] = maps.Clone(m)
+	}
+	c.dirty = maps.Clone(d.dirty)
+	return &c
 }
 
 func newDispatch(parent string) *dispatch {

@@ -109,7 +109,7 @@ func TestGolden(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			plan := mustPlanner(t, cfg).Plan(fullInput(view(tc.fam, tc.ports()...)))
+			plan := planned(mustPlanner(t, cfg), fullInput(view(tc.fam, tc.ports()...)))
 			if len(plan.Problems) > 0 {
 				t.Fatalf("problems: %v", plan.Problems)
 			}
@@ -123,7 +123,7 @@ func TestGoldenPartial(t *testing.T) {
 	p := mustPlanner(t, testConfig(v1.IPv4Protocol))
 	ports := mixed(v1.IPv4Protocol)
 	in := fullInput(view(v1.IPv4Protocol, ports...))
-	p.Plan(in)
+	planned(p, in)
 
 	// The web service loses its local endpoint; the empty one is deleted.
 	web := *ports[0]
@@ -133,7 +133,7 @@ func TestGoldenPartial(t *testing.T) {
 	next = append(next, ports[6])
 	in.View = view(v1.IPv4Protocol, next...)
 	in.Changes = changed(ports[0].Name, ports[5].Name)
-	plan := p.Plan(in)
+	plan := planned(p, in)
 	if plan.Full {
 		t.Fatal("plan is full")
 	}

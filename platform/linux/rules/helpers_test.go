@@ -220,3 +220,11 @@ func changed(names ...proxy.ServicePortName) proxy.Changes {
 }
 
 var fullChanges = proxy.Changes{Full: true}
+
+// planned plans in and commits the plan, as a backend does once the
+// restore succeeded.
+func planned(p *Planner, in Input) *Plan {
+	plan := p.Plan(in)
+	p.Commit(plan)
+	return plan
+}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -91,6 +92,8 @@ type Plan struct {
 	// Problems describe input that was skipped (object and field named).
 	Problems []string
 	Stats    Stats
+	// next is the planner's record once this plan is applied (Commit).
+	next *record
 }
 
 // portState is what the planner remembers of a service port.
@@ -107,17 +110,27 @@ type portState struct {
 	conns string
 }
 
-// Planner turns snapshots into iptables-restore input. It remembers what it
-// rendered so that a partial plan rewrites only what changed. It is not safe
-// for concurrent use.
+// Planner turns snapshots into iptables-restore input. It keeps the record
+// of what the kernel holds after the last plan that was applied, so that a
+// partial plan rewrites only what changed. It is not safe for concurrent
+// use.
 //
-// Protocol: call Plan for each sync, apply the Plan, and call Invalidate if
-// applying failed (the next Plan is then full). A Planner never touches the
+// Protocol (raft's Ready/Advance): call Plan for each sync and apply the
+// Plan; call Commit(plan) once it was applied. Plan never changes the
+// record: a plan that was not applied (its restore failed) is simply not
+// committed, and the next Plan starts from the record of the last applied
+// one (the caller asks for a full plan then). A Planner never touches the
 // kernel: the chains present there reach it as data (Input.Existing).
 type Planner struct {
 	cfg Config
 	r   *renderer
+	// record is what the kernel holds after the last committed plan; Plan
+	// works on a copy of it (the plan's next record).
+	*record
+}
 
+// record is the planner's memory of what the kernel holds.
+type record struct {
 	valid    bool
 	ports    map[proxy.ServicePortName]*portState
 	disp     [2]*dispatch
@@ -125,6 +138,8 @@ type Planner struct {
 	hcPorts  map[int32]int
 	believed [2]map[string]uint64 // nat, filter: chain → content hash
 	nodeIPs  []netip.Addr
+	// local are the detect-local matches the rules were rendered with.
+	local    []localMatch
 	portRule int // rules in per-port chains and dispatch entries
 	portChn  int
 	// rules and chains of the fixed chains (dispatch parents included)
@@ -136,6 +151,26 @@ type Planner struct {
 	svcTail []byte
 }
 
+// clone copies the record deeply enough that a plan made on the copy leaves
+// the original as it was (values reachable from both are never modified in
+// place: portStates and chainOuts are replaced, not changed).
+func (r *record) clone() *record {
+	c := *r
+	c.ports = maps.Clone(r.ports)
+	c.hairpin = maps.Clone(r.hairpin)
+	c.hcPorts = maps.Clone(r.hcPorts)
+	for i := range r.believed {
+		c.believed[i] = maps.Clone(r.believed[i])
+	}
+	for i, d := range r.disp {
+		c.disp[i] = d.clone()
+	}
+	c.nodeIPs = slices.Clone(r.nodeIPs)
+	c.local = slices.Clone(r.local)
+	c.svcTail = slices.Clone(r.svcTail)
+	return &c
+}
+
 // NewPlanner returns a planner for cfg.
 func NewPlanner(cfg Config) (*Planner, error) {
 	if err := cfg.Validate(); err != nil {
@@ -144,8 +179,9 @@ func NewPlanner(cfg Config) (*Planner, error) {
 	if cfg.ShardThreshold == 0 {
 		cfg.ShardThreshold = DefaultShardThreshold
 	}
-	p := &Planner{cfg: cfg, r: newRenderer(cfg)}
+	p := &Planner{cfg: cfg, r: newRenderer(cfg), record: &record{}}
 	p.reset()
+	p.local = p.r.local
 	p.believed = [2]map[string]uint64{{}, {}}
 	return p, nil
 }
@@ -161,8 +197,13 @@ func (p *Planner) reset() {
 	p.portRule, p.portChn = 0, 0
 }
 
-// Invalidate forgets that the last plan was applied: the next plan is full.
-func (p *Planner) Invalidate() { p.valid = false }
+// Commit records that plan was applied: the next plan starts from what it
+// wrote. A plan that was not applied must not be committed.
+func (p *Planner) Commit(plan *Plan) {
+	if plan != nil && plan.next != nil {
+		p.record = plan.next
+	}
+}
 
 // planWriter collects what a plan writes, per table.
 type planWriter struct {
@@ -193,8 +234,20 @@ func (p *Planner) drop(w *planWriter, ti int, name string) {
 	}
 }
 
-// Plan renders the restore input that makes the kernel match in.View.
+// Plan renders the restore input that makes the kernel match in.View. It
+// does not change the planner's record: Commit the plan once applied.
 func (p *Planner) Plan(in Input) *Plan {
+	committed := p.record
+	p.record = committed.clone()
+	p.r.local = p.local
+	plan := p.plan(in)
+	plan.next = p.record
+	p.record = committed
+	p.r.local = committed.local
+	return plan
+}
+
+func (p *Planner) plan(in Input) *Plan {
 	full := in.Changes.Full || !p.valid
 	plan := &Plan{Full: full}
 	w := &planWriter{desired: [2]map[string]bool{{}, {}}, force: full && in.Existing == nil}
@@ -227,8 +280,9 @@ func (p *Planner) Plan(in Input) *Plan {
 		// (the Node object arrived or was edited), everything is rewritten.
 		if local := p.cfg.nodeLocal(in.Node); !slices.Equal(local, p.r.local) {
 			p.r.local = local
+			p.local = local
 			if !full {
-				return p.Plan(Input{View: in.View, Node: in.Node, LocalAddrs: in.LocalAddrs, Existing: in.Existing, Extra: in.Extra,
+				return p.plan(Input{View: in.View, Node: in.Node, LocalAddrs: in.LocalAddrs, Existing: in.Existing, Extra: in.Extra,
 					Changes: proxy.Changes{Full: true, Ports: in.Changes.Ports}})
 			}
 		}

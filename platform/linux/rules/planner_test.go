@@ -101,7 +101,7 @@ func TestPartialEqualsFull(t *testing.T) {
 				ports[sp.Name] = sp
 			}
 			in := Input{View: proxy.NewFamilyView(fam, clone(ports)), Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
-			kernel(t, rs, inc.Plan(in))
+			kernel(t, rs, planned(inc, in))
 			for step := 0; step < 100; step++ {
 				ch := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{}}
 				for k := rng.Intn(4); k >= 0; k-- {
@@ -137,13 +137,13 @@ func TestPartialEqualsFull(t *testing.T) {
 					ch.Node = true
 				}
 				in := Input{View: proxy.NewFamilyView(fam, clone(ports)), Node: node, LocalAddrs: local, Changes: ch}
-				plan := inc.Plan(in)
+				plan := planned(inc, in)
 				kernel(t, rs, plan)
 
 				fresh := mustPlanner(t, cfg)
 				want := ruleset.New()
 				in.Changes = proxy.Changes{Full: true}
-				kernel(t, want, fresh.Plan(in))
+				kernel(t, want, planned(fresh, in))
 				if got, exp := saveAll(rs), saveAll(want); got != exp {
 					t.Fatalf("step %d: partial syncs diverged from a full sync:\n%s\nlast plan:\n%s", step, diff(exp, got), plan.Restore)
 				}
@@ -204,7 +204,7 @@ func TestPartialWritesOnlyWhatChanged(t *testing.T) {
 	}
 	node, local := nodeFor(v1.IPv4Protocol)
 	in := Input{View: proxy.NewFamilyView(v1.IPv4Protocol, clone(ports)), Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
-	full := p.Plan(in)
+	full := planned(p, in)
 	if full.Stats.WrittenChains != full.Stats.Chains {
 		t.Errorf("full plan wrote %d of %d chains", full.Stats.WrittenChains, full.Stats.Chains)
 	}
@@ -271,7 +271,7 @@ func TestPartialWritesOnlyWhatChanged(t *testing.T) {
 				tc.mutate()
 			}
 			in := Input{View: proxy.NewFamilyView(v1.IPv4Protocol, clone(ports)), Node: node, LocalAddrs: local, Changes: changed(tc.changes...)}
-			plan := p.Plan(in)
+			plan := planned(p, in)
 			var written []string
 			for _, line := range strings.Split(string(plan.Restore), "\n") {
 				if strings.HasPrefix(line, ":") {
@@ -306,7 +306,7 @@ func TestFullDeletesStaleChains(t *testing.T) {
 		"nat":    {"KPROXY-SVC-OLDOLDOLDOLDOLDO": 1, "KUBE-SERVICES": 2, "KPROXY-SERVICES": 3, "PREROUTING": 4},
 		"filter": {"KPROXY-OLD": 5, "DOCKER": 6},
 	}
-	plan := p.Plan(in)
+	plan := planned(p, in)
 	text := string(plan.Restore)
 	for _, want := range []string{"-X KPROXY-SVC-OLDOLDOLDOLDOLDO\n", "-X KPROXY-OLD\n", ":KPROXY-OLD - [0:0]\n"} {
 		if !strings.Contains(text, want) {
@@ -332,19 +332,34 @@ func TestFullDeletesStaleChains(t *testing.T) {
 	}
 }
 
-// TestInvalidateForcesFull checks the failure protocol.
-func TestInvalidateForcesFull(t *testing.T) {
+// TestUncommittedPlanLeavesTheRecord checks the failure protocol: a plan
+// that is not committed (its restore failed) leaves the planner's record
+// as it was, and the next plan starts from there.
+func TestUncommittedPlanLeavesTheRecord(t *testing.T) {
 	p := mustPlanner(t, testConfig(v1.IPv4Protocol))
 	v := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.1", 80, false))))
 	in := fullInput(v)
-	p.Plan(in)
+	p.Commit(p.Plan(in))
 	in.Changes = proxy.Changes{}
 	if plan := p.Plan(in); plan.Full || len(plan.Restore) != 0 {
 		t.Fatalf("no-change plan: full=%v restore=%q", plan.Full, plan.Restore)
 	}
-	p.Invalidate()
-	if plan := p.Plan(in); !plan.Full || plan.Stats.WrittenChains != plan.Stats.Chains {
-		t.Fatalf("plan after Invalidate: full=%v wrote %d of %d chains", plan.Full, plan.Stats.WrittenChains, plan.Stats.Chains)
+	// A change planned but not applied...
+	v2 := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.9", 80, false))))
+	changed := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{v2.Sorted()[0].Name: {}}}
+	first := p.Plan(Input{View: v2, Changes: changed})
+	if first.Full || len(first.Restore) == 0 {
+		t.Fatalf("change plan: full=%v restore=%q", first.Full, first.Restore)
+	}
+	// ...is planned again in full by the next plan (the record still
+	// holds the old endpoint).
+	again := p.Plan(Input{View: v2, Changes: changed})
+	if string(again.Restore) != string(first.Restore) {
+		t.Fatalf("the uncommitted plan changed the record:\nfirst:\n%s\nagain:\n%s", first.Restore, again.Restore)
+	}
+	p.Commit(again)
+	if plan := p.Plan(Input{View: v2, Changes: changed}); len(plan.Restore) != 0 {
+		t.Fatalf("after the commit the same change writes:\n%s", plan.Restore)
 	}
 }
 
@@ -360,7 +375,7 @@ func TestBadInputIsSkipped(t *testing.T) {
 	noIP := svc("ns/noip", "10.96.0.5", 80, v1.ProtocolTCP)
 	noIP.ClusterIP = netip.Addr{}
 	v := view(v1.IPv4Protocol, good, wrongFamily, badPort, badProto, badEP, noIP)
-	plan := mustPlanner(t, testConfig(v1.IPv4Protocol)).Plan(fullInput(v))
+	plan := planned(mustPlanner(t, testConfig(v1.IPv4Protocol)), fullInput(v))
 	want := []string{
 		"service port ns/badep:p: clusterEndpoints[1]",
 		"service port ns/badep:p: clusterEndpoints[2]",
@@ -402,7 +417,7 @@ func TestTCPBeLiberalKeepsInvalidPackets(t *testing.T) {
 	for _, liberal := range []bool{false, true} {
 		cfg := testConfig(v1.IPv4Protocol)
 		cfg.TCPBeLiberal = liberal
-		got := strings.Contains(string(mustPlanner(t, cfg).Plan(fullInput(v)).Restore), drop)
+		got := strings.Contains(string(planned(mustPlanner(t, cfg), fullInput(v)).Restore), drop)
 		if got == liberal {
 			t.Errorf("tcpBeLiberal=%v: INVALID drop rule present = %v", liberal, got)
 		}

@@ -89,7 +89,7 @@ func tracePlan(t *testing.T, cfg Config, v *proxy.FamilyView, forwardDrop bool) 
 	t.Helper()
 	p := mustPlanner(t, cfg)
 	in := fullInput(v)
-	plan := p.Plan(in)
+	plan := planned(p, in)
 	if len(plan.Problems) > 0 {
 		t.Fatalf("problems: %v", plan.Problems)
 	}
