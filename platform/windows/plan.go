@@ -270,8 +270,6 @@ const (
 	ReasonTooManyEndpoints        = "TooManyEndpoints"
 	ReasonMixedTargetPorts        = "MixedTargetPorts"
 	ReasonFrontendConflict        = "FrontendConflict"
-	ReasonInvalid                 = "InvalidServicePort"
-	ReasonInvalidEndpoint         = "InvalidEndpoint"
 	ReasonHealthCheckNotForwarded = "HealthCheckNotForwarded"
 	// ReasonPreserveDestinationUnsupported: the annotation needs DSR.
 	ReasonPreserveDestinationUnsupported = "PreserveDestinationUnsupported"

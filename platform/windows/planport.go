@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
@@ -114,10 +115,6 @@ func protocolName(p uint32) string {
 	return "proto" + strconv.Itoa(int(p))
 }
 
-func (b *portPlanner) familyOK(a netip.Addr) bool {
-	return a.IsValid() && a.Is6() == (b.facts.Family == v1.IPv6Protocol) && !a.Is4In6()
-}
-
 // backends is the endpoint set of one load balancer.
 type backends struct {
 	ips  []netip.Addr
@@ -127,11 +124,11 @@ type backends struct {
 	nodeOrPublic bool
 }
 
-// backends turns the cache's endpoint list into load balancer backends:
-// valid addresses of the family, one target port (HNS load balancers have a
-// single internal port), at most MaxEndpointsPerLB. Remote backends become
-// desired remote endpoints.
-func (b *portPlanner) backends(sp *proxy.ServicePort, eps []proxy.Endpoint) backends {
+// backends turns an endpoint set of the intent (validated there) into load
+// balancer backends: one target port (HNS load balancers have a single
+// internal port), at most MaxEndpointsPerLB. Remote backends become desired
+// remote endpoints.
+func (b *portPlanner) backends(sp *intent.Port, eps []proxy.Endpoint) backends {
 	var out backends
 	if len(eps) == 0 {
 		return out
@@ -146,10 +143,6 @@ func (b *portPlanner) backends(sp *proxy.ServicePort, eps []proxy.Endpoint) back
 	out.port = uint16(best)
 	out.ips = make([]netip.Addr, 0, len(eps))
 	for _, e := range eps {
-		if !b.familyOK(e.IP) || e.Port <= 0 || e.Port > 65535 {
-			b.warn(ReasonInvalidEndpoint, "port %q: endpoint %s skipped: address or port invalid for %s", sp.Name.Port, e.String(), b.facts.Family)
-			continue
-		}
 		if e.Port != best {
 			continue
 		}
@@ -169,15 +162,11 @@ func (b *portPlanner) backends(sp *proxy.ServicePort, eps []proxy.Endpoint) back
 	return out
 }
 
-// targetPort returns the most common valid port of eps (ties: the lowest)
-// and the number of distinct valid ports.
+// targetPort returns the most common port of eps (ties: the lowest) and the
+// number of distinct ports.
 func (b *portPlanner) targetPort(eps []proxy.Endpoint) (best int32, distinct int) {
-	valid := func(e *proxy.Endpoint) bool { return b.familyOK(e.IP) && e.Port > 0 && e.Port <= 65535 }
 	same := true
 	for i := range eps {
-		if !valid(&eps[i]) {
-			continue
-		}
 		if best == 0 {
 			best = eps[i].Port
 		} else if eps[i].Port != best {
@@ -193,9 +182,7 @@ func (b *portPlanner) targetPort(eps []proxy.Endpoint) (best int32, distinct int
 	}
 	counts := make(map[int32]int, 2)
 	for i := range eps {
-		if valid(&eps[i]) {
-			counts[eps[i].Port]++
-		}
+		counts[eps[i].Port]++
 	}
 	best = 0
 	for port, n := range counts {
@@ -254,7 +241,21 @@ func (b *portPlanner) add(lb *LBSpec) {
 	b.res.lbs = append(b.res.lbs, lb.finish())
 }
 
-// plan plans the load balancers of one service port.
+// intentConfig is the intent layer's configuration on Windows: HNS load
+// balancers cannot tell pods from other clients nor masquerade pods, so
+// the intent is asked with pods told apart (the cluster's semantics) and
+// what HNS cannot render is reported (see plan).
+func (b *portPlanner) intentConfig() intent.Config {
+	return intent.Config{Family: b.facts.Family, PodSources: true}
+}
+
+// plan plans the load balancers of one service port: the intent of the port
+// (every routing decision, validation included, made once for every
+// platform), rendered as HNS load balancers. What HNS cannot express is
+// reported as a warning: a ClusterIP load balancer applies to pods and the
+// node alike, an external one (NodePort, externalIP, load balancer IP)
+// serves every client the route of outside clients, there is no reject
+// (no load balancer: dropped), no source range filter.
 func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	b.res = &portResult{sp: sp}
 	if b.epSeen == nil {
@@ -262,36 +263,37 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	} else {
 		clear(b.epSeen)
 	}
-	f := b.facts
-	proto := protocolNumber(sp.Protocol)
-	switch {
-	case proto == 0:
-		b.warn(ReasonInvalid, "port %q skipped: protocol %q is not TCP, UDP or SCTP", sp.Name.Port, sp.Protocol)
-		return b.res
-	case !b.familyOK(sp.ClusterIP):
-		b.warn(ReasonInvalid, "port %q skipped: clusterIP %q is not a valid %s address", sp.Name.Port, sp.ClusterIP, f.Family)
-		return b.res
-	case sp.Port <= 0 || sp.Port > 65535:
-		b.warn(ReasonInvalid, "port %q skipped: port %d out of range", sp.Name.Port, sp.Port)
-		return b.res
-	case sp.NodePort < 0 || sp.NodePort > 65535:
-		b.warn(ReasonInvalid, "port %q skipped: nodePort %d out of range", sp.Name.Port, sp.NodePort)
+	p, problems := intent.Build(b.intentConfig(), sp, nil)
+	for _, pr := range problems {
+		b.warn(pr.Reason, "%s", pr.Message)
+	}
+	if p == nil {
 		return b.res
 	}
+	f := b.facts
+	proto := protocolNumber(p.Protocol)
 
 	// What HNS cannot express.
-	if len(sp.LoadBalancerSourceRanges) > 0 {
+	cip := p.ClusterIP()
+	routes, external := p.ExternalRoutes()
+	var lbFrontends []*intent.Frontend
+	for i := range p.Frontends {
+		if p.Frontends[i].Kind == intent.LoadBalancerIP {
+			lbFrontends = append(lbFrontends, &p.Frontends[i])
+		}
+	}
+	if len(lbFrontends) > 0 && len(lbFrontends[0].SourceRanges) > 0 {
 		b.warn(ReasonSourceRangesIgnored,
 			"loadBalancerSourceRanges cannot be enforced by HNS load balancers: the LoadBalancer IPs accept traffic from every source")
 	}
 	dist := DistributionNone
-	if sp.AffinityTimeoutSeconds > 0 {
+	if p.AffinitySeconds > 0 {
 		if f.Caps.SessionAffinity {
 			dist = DistributionSourceIP
-			if sp.AffinityTimeoutSeconds != defaultAffinitySeconds {
+			if p.AffinitySeconds != defaultAffinitySeconds {
 				b.warn(ReasonAffinityTimeoutIgnored,
 					"sessionAffinity ClientIP timeout %ds cannot be set on HNS load balancers; HNS keeps a client on one endpoint for as long as it sees its traffic",
-					sp.AffinityTimeoutSeconds)
+					p.AffinitySeconds)
 			}
 		} else {
 			b.warn(ReasonAffinityUnsupported, "sessionAffinity ClientIP needs HNS 12.0 or later; connections are balanced without affinity")
@@ -300,7 +302,7 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	// The load-balancing algorithm (session affinity, above, wins: the
 	// effective algorithm is then random). HNS has two distributions:
 	// its default (spread per connection) and by source address.
-	switch alg := sp.EffectiveAlgorithm(); alg {
+	switch alg := p.Algorithm; alg {
 	case proxy.AlgorithmSourceHash:
 		if f.Caps.SessionAffinity {
 			dist = DistributionSourceIP
@@ -310,8 +312,12 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	case proxy.AlgorithmRoundRobin, proxy.AlgorithmLeastConnection:
 		b.warn(ReasonAlgorithmUnsupported, "%s %s is not available in HNS load balancers; connections are balanced by HNS's default distribution", proxy.AnnotationLoadBalancing, alg)
 	}
+	// Outside clients keep their source on the external frontends (the
+	// intent does not masquerade them: externalTrafficPolicy Local): HNS
+	// needs DSR for that.
+	outside := routes[intent.FromOutside]
 	extDSR := false
-	if sp.ExternalPolicyLocal && sp.ExternallyAccessible() {
+	if external && outside.Verdict == intent.DNAT && !outside.Masquerade {
 		if f.Caps.DSR {
 			extDSR = true
 		} else {
@@ -323,58 +329,58 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	if f.Family == v1.IPv6Protocol {
 		famFlag = LBFlagIPv6
 	}
+	// The endpoints of a route (none when it does not DNAT).
+	of := func(rt intent.Route) backends {
+		if rt.Verdict != intent.DNAT {
+			return backends{}
+		}
+		return b.backends(p, p.Endpoints(rt.Set))
+	}
 
-	// ClusterIP.
-	internal := b.backends(sp, sp.InternalEndpoints())
+	// ClusterIP: one load balancer for pods and the node alike.
+	internal := of(cip.Route(intent.FromPod))
 	if len(internal.ips) > 0 {
 		flags := famFlag
 		if f.EnableDSR && f.Caps.DSR {
 			flags |= LBFlagDSR
 		}
 		b.add(&LBSpec{
-			Kind: KindClusterIP, FrontendVIPs: []netip.Addr{sp.ClusterIP}, SourceVIP: b.sourceVIP(internal),
-			Protocol: proto, InternalPort: internal.port, ExternalPort: uint16(sp.Port), Distribution: dist,
+			Kind: KindClusterIP, FrontendVIPs: []netip.Addr{cip.Addr}, SourceVIP: b.sourceVIP(internal),
+			Protocol: proto, InternalPort: internal.port, ExternalPort: uint16(cip.Port), Distribution: dist,
 			Flags: flags, Endpoints: internal.ips,
 		})
 		if b.overlay {
 			mac := f.HostMAC
 			if mac == "" {
-				mac = RemoteMAC(sp.ClusterIP) // a remote endpoint needs one
+				mac = RemoteMAC(cip.Addr) // a remote endpoint needs one
 			}
-			b.addEndpoint(&EndpointSpec{IP: sp.ClusterIP, Role: RoleServiceVIP, MAC: mac, ProviderAddress: f.NodeIP})
+			b.addEndpoint(&EndpointSpec{IP: cip.Addr, Role: RoleServiceVIP, MAC: mac, ProviderAddress: f.NodeIP})
 		}
 	}
-	if !sp.ExternallyAccessible() {
+	if !external {
 		return b.res
 	}
 
-	// External frontends share one endpoint set.
-	var external backends
-	if sp.ExternalPolicyLocal == sp.InternalPolicyLocal {
-		external = internal
-	} else {
-		external = b.backends(sp, sp.ExternalEndpoints())
-	}
+	// External frontends share one endpoint set: outside clients' route.
+	external2 := of(outside)
 	// preserve-destination (as upstream): the NodePort and the load
 	// balancer IPs go only to endpoints on this node, the latter with DSR,
 	// the destination IP preserved and HNS's mux.
-	preserve := sp.PreserveDestination
+	preserve := p.PreserveDestination
 	if preserve && !f.Caps.DSR {
 		b.warn(ReasonPreserveDestinationUnsupported, "the preserve-destination annotation needs DSR support in HNS; ignored")
 		preserve = false
 	}
-	local := external
+	local := external2
 	if preserve {
-		local = b.backends(sp, sp.LocalEndpoints)
+		local = b.backends(p, p.Local)
 	}
-	for _, ip := range sp.LoadBalancerIPs {
-		if b.familyOK(ip) {
-			// Even without endpoints here: the health server then tells the
-			// cloud load balancer to avoid this node.
-			b.healthCheck(sp, ip, famFlag)
-		}
+	for _, fe := range lbFrontends {
+		// Even without endpoints here: the health server then tells the
+		// cloud load balancer to avoid this node.
+		b.healthCheck(p, fe.Addr, famFlag)
 	}
-	if len(external.ips) == 0 && len(local.ips) == 0 {
+	if len(external2.ips) == 0 && len(local.ips) == 0 {
 		return b.res
 	}
 	flags := famFlag
@@ -392,34 +398,29 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 		return lb
 	}
 	mk := func(kind LBKind, vip netip.Addr, port int32, pflags PortMappingFlags) *LBSpec {
-		return mkFrom(external, kind, vip, port, pflags, flags)
+		return mkFrom(external2, kind, vip, port, pflags, flags)
 	}
-	if sp.NodePort > 0 && preserve {
-		if len(local.ips) > 0 {
-			b.add(mkFrom(local, KindNodePort, netip.Addr{}, sp.NodePort, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP, flags))
-		}
-	} else if sp.NodePort > 0 && len(external.ips) > 0 {
-		b.add(mk(KindNodePort, netip.Addr{}, sp.NodePort, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP))
-	}
-	for _, ip := range sp.ExternalIPs {
-		if !b.familyOK(ip) {
-			b.warn(ReasonInvalid, "port %q: externalIP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
-			continue
-		}
-		if len(external.ips) > 0 {
-			b.add(mk(KindExternalIP, ip, sp.Port, PortFlagVIPExternalIP))
-		}
-	}
-	for _, ip := range sp.LoadBalancerIPs {
-		if !b.familyOK(ip) {
-			b.warn(ReasonInvalid, "port %q: LoadBalancer IP %s skipped: not a valid %s address", sp.Name.Port, ip, f.Family)
-			continue
-		}
-		switch {
-		case preserve && len(local.ips) > 0:
-			b.add(mkFrom(local, KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP|PortFlagUseMux|PortFlagPreserveDIP, famFlag|LBFlagDSR))
-		case !preserve && len(external.ips) > 0:
-			b.add(mk(KindLoadBalancerIP, ip, sp.Port, PortFlagVIPExternalIP))
+	for _, fe := range p.External() {
+		switch fe.Kind {
+		case intent.NodePort:
+			if preserve {
+				if len(local.ips) > 0 {
+					b.add(mkFrom(local, KindNodePort, netip.Addr{}, fe.Port, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP, flags))
+				}
+			} else if len(external2.ips) > 0 {
+				b.add(mk(KindNodePort, netip.Addr{}, fe.Port, PortFlagVIPExternalIP|PortFlagLocalRoutedVIP))
+			}
+		case intent.ExternalIP:
+			if len(external2.ips) > 0 {
+				b.add(mk(KindExternalIP, fe.Addr, fe.Port, PortFlagVIPExternalIP))
+			}
+		case intent.LoadBalancerIP:
+			switch {
+			case preserve && len(local.ips) > 0:
+				b.add(mkFrom(local, KindLoadBalancerIP, fe.Addr, fe.Port, PortFlagVIPExternalIP|PortFlagUseMux|PortFlagPreserveDIP, famFlag|LBFlagDSR))
+			case !preserve && len(external2.ips) > 0:
+				b.add(mk(KindLoadBalancerIP, fe.Addr, fe.Port, PortFlagVIPExternalIP))
+			}
 		}
 	}
 	return b.res
@@ -427,12 +428,12 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 
 // healthCheck adds the load balancer that lets a cloud load balancer's
 // health probe to the ingress IP reach the node's health server.
-func (b *portPlanner) healthCheck(sp *proxy.ServicePort, ip netip.Addr, famFlag LoadBalancerFlags) {
+func (b *portPlanner) healthCheck(p *intent.Port, ip netip.Addr, famFlag LoadBalancerFlags) {
 	f := b.facts
 	if !f.ForwardHealthCheckVIP {
 		return
 	}
-	port := uint16(sp.HealthCheckNodePort)
+	port := uint16(p.HealthCheckNodePort)
 	if port == 0 {
 		port = f.HealthzPort
 	}
@@ -451,8 +452,8 @@ func (b *portPlanner) healthCheck(sp *proxy.ServicePort, ip netip.Addr, famFlag 
 		src = f.SourceVIP
 	}
 	lb := &LBSpec{
-		Kind: KindHealthCheck, Owners: []proxy.ServicePortName{sp.Name}, FrontendVIPs: []netip.Addr{ip},
-		SourceVIP: src, Protocol: protocolNumber(sp.Protocol), InternalPort: port, ExternalPort: port, Flags: famFlag,
+		Kind: KindHealthCheck, Owners: []proxy.ServicePortName{p.Name}, FrontendVIPs: []netip.Addr{ip},
+		SourceVIP: src, Protocol: protocolNumber(p.Protocol), InternalPort: port, ExternalPort: port, Flags: famFlag,
 		Endpoints: []netip.Addr{f.RootEndpointIP},
 	}
 	b.res.health = append(b.res.health, lb.finish())
