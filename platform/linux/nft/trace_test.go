@@ -66,9 +66,9 @@ func addrsOf(fam v1.IPFamily) famAddrs {
 // 3 endpoints (local and remote), every protocol, a NodePort, an
 // externalIP and a load balancer IP, with source ranges on every other
 // port (one of them containing the node).
-func richPorts(t testing.TB, fa famAddrs) (map[proxy.ServicePortName]*intent.Port, intent.Config) {
+func richPorts(t testing.TB, fa famAddrs, tc traceConfig) map[proxy.ServicePortName]*intent.Port {
 	t.Helper()
-	icfg := intent.Config{Family: fa.fam, PodSources: true, NodeIPs: []netip.Addr{fa.node}}
+	icfg := intent.Config{Family: fa.fam, PodSources: tc.node.PodSources, MasqueradeAll: tc.cfg.MasqueradeAll, NodeIPs: []netip.Addr{fa.node}}
 	out := map[proxy.ServicePortName]*intent.Port{}
 	i := 0
 	for _, alg := range []proxy.Algorithm{"", proxy.AlgorithmRoundRobin, proxy.AlgorithmSourceHash, proxy.AlgorithmLeastConnection} {
@@ -117,7 +117,20 @@ func richPorts(t testing.TB, fa famAddrs) (map[proxy.ServicePortName]*intent.Por
 			}
 		}
 	}
-	return out, icfg
+	// A port whose intent masquerades outside clients only (no intent
+	// Build makes today): the renderer's mixed masquerade routes ("fib
+	// saddr type != local jump mark-masq").
+	sp := &proxy.ServicePort{Name: proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "mixed"}, Port: "p", Protocol: v1.ProtocolTCP},
+		Family: fa.fam, Protocol: v1.ProtocolTCP, ClusterIP: fa.addr(0, 900), Port: 80, HasAnyEndpoints: true,
+		ClusterEndpoints: []proxy.Endpoint{{IP: fa.addr(2, 900), Port: 8080, Ready: true, Serving: true}}}
+	p, problems := intent.Build(icfg, sp, nil)
+	if p == nil {
+		t.Fatalf("%s: %v", sp.Name, problems)
+	}
+	dnat := intent.Route{Verdict: intent.DNAT, Set: intent.Cluster}
+	p.Frontends[0].Routes = [3]intent.Route{dnat, dnat, {Verdict: intent.DNAT, Set: intent.Cluster, Masquerade: true}}
+	out[sp.Name] = p
+	return out
 }
 
 // traceConfig is one renderer configuration of the parse-level test.
@@ -225,7 +238,7 @@ func TestTracerReadsEveryRenderedForm(t *testing.T) {
 		fa := addrsOf(fam)
 		for _, tc := range traceConfigs(fa) {
 			t.Run(string(fam)+"/"+tc.name, func(t *testing.T) {
-				ports, _ := richPorts(t, fa)
+				ports := richPorts(t, fa, tc)
 				f := NewFake(Family(fam), TableName)
 				plan, _ := mustRenderer(t, tc.cfg).Render(Input{Full: true, Ports: ports, Node: tc.node}, nil)
 				run(t, f, plan)
@@ -658,5 +671,118 @@ func TestTraceCountersIndependentOfPaths(t *testing.T) {
 	want := []string{"10.244.1.1", "10.244.2.1", "10.244.2.2", "10.244.2.1", "10.244.1.2"}
 	if !slices.Equal(got, want) {
 		t.Errorf("%v, want %v (counters %v)", got, want, slices.Sorted(maps.Keys(h.Counters)))
+	}
+}
+
+// TestTraceAgreesWithIntent: beyond the behaviour table, for the rich
+// ports under every configuration, a packet of each source class to each
+// frontend gets what intent.Decide says: the verdict, the endpoints with
+// their shares (equal for random and round robin, the weights for least
+// connection, the client's slot for source hash), the masquerade (a pod
+// reaching itself is masqueraded whatever the route).
+func TestTraceAgreesWithIntent(t *testing.T) {
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		fa := addrsOf(fam)
+		for _, tc := range traceConfigs(fa) {
+			t.Run(string(fam)+"/"+tc.name, func(t *testing.T) {
+				ports := richPorts(t, fa, tc)
+				f := NewFake(Family(fam), TableName)
+				plan, _ := mustRenderer(t, tc.cfg).Render(Input{Full: true, Ports: ports, Node: tc.node}, nil)
+				run(t, f, plan)
+				tr, err := NewTracer(Family(fam), f.Model())
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := Host{LocalAddrs: []netip.Addr{fa.node, fa.loopback}}
+				outside := intent.FromOutside
+				podClass := outside
+				if tc.node.PodSources {
+					podClass = intent.FromPod
+				}
+				for _, p := range ports {
+					for i := range p.Frontends {
+						fe := &p.Frontends[i]
+						dsts := []netip.Addr{fe.Addr}
+						if fe.Kind == intent.NodePort {
+							dsts = []netip.Addr{fa.node}
+							if tc.node.Localhost {
+								dsts = append(dsts, fa.loopback)
+							}
+						}
+						type client struct {
+							pkt   Packet
+							class intent.Source
+						}
+						for _, dst := range dsts {
+							clients := []client{
+								{Packet{Src: fa.pod, InIface: tc.iface}, podClass},
+								{Packet{Src: fa.outside, InIface: "eth0"}, outside},
+								{Packet{Src: fa.inRange, InIface: "eth0"}, outside},
+								{Packet{Src: fa.node, Local: true}, intent.FromNode},
+							}
+							for _, ep := range p.Local {
+								clients = append(clients, client{Packet{Src: ep.IP, InIface: tc.iface}, podClass})
+							}
+							for _, c := range clients {
+								pkt := c.pkt
+								pkt.Dst, pkt.DstPort, pkt.Proto, pkt.SrcPort = dst, uint16(fe.Port), protoName(p.Protocol), 40000
+								if dst.IsLoopback() {
+									if !pkt.Local {
+										continue
+									}
+									pkt.Src = dst
+								}
+								outs, err := tr.Trace(h, pkt)
+								if err != nil {
+									t.Fatal(err)
+								}
+								agree(t, p, fe, c.class, pkt, outs)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// agree checks a trace against the intent's decision.
+func agree(t *testing.T, p *intent.Port, fe *intent.Frontend, class intent.Source, pkt Packet, outs []Outcome) {
+	t.Helper()
+	d := p.Decide(fe, class, pkt.Src)
+	want := map[intent.Verdict]Verdict{intent.DNAT: VerdictDNAT, intent.Reject: VerdictReject, intent.Drop: VerdictDrop}[d.Verdict]
+	share := map[netip.AddrPort]float64{}
+	for _, o := range outs {
+		if o.Verdict != want {
+			t.Errorf("%s (%s) %s from %s: %v, the intent says %s; path:%s", p, p.Algorithm, fe, class, o, d.Verdict, path(o))
+			continue
+		}
+		if want != VerdictDNAT {
+			continue
+		}
+		share[o.Dst] += o.Probability
+		hairpin := !pkt.Local && o.Dst.Addr() == pkt.Src && slices.Contains(p.Hairpin(), pkt.Src)
+		if o.Masquerade != (d.Masquerade || hairpin) {
+			t.Errorf("%s %s from %s (%s): masquerade %v, the intent says %v (hairpin %v); path:%s", p, fe, class, pkt.Src, o.Masquerade, d.Masquerade, hairpin, path(o))
+		}
+	}
+	if want != VerdictDNAT {
+		return
+	}
+	wantShare := map[netip.AddrPort]float64{}
+	if p.Algorithm == proxy.AlgorithmSourceHash && len(d.Endpoints) <= proxy.MaxSourceHashEndpoints {
+		slot := ruleset.ClusterSlot(pkt.Src, proxy.SourceHashSeed, proxy.SourceHashSlots)
+		wantShare[d.Endpoints[proxy.SourceHashTable(d.Endpoints)[slot]].AddrPort()] = 1
+	} else {
+		total := 0.0
+		for i := range d.Endpoints {
+			total += weight(d.Weights, i)
+		}
+		for i, ep := range d.Endpoints {
+			wantShare[ep.AddrPort()] += weight(d.Weights, i) / total
+		}
+	}
+	if !sameShares(share, wantShare) {
+		t.Errorf("%s (%s) %s from %s (%s): endpoints %v, the intent says %v", p, p.Algorithm, fe, class, pkt.Src, fmtShares(share), fmtShares(wantShare))
 	}
 }
