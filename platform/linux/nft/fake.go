@@ -146,7 +146,9 @@ type fakeErr struct {
 	err  error
 }
 
-func (e *fakeErr) Error() string { return fmt.Sprintf("Error: Could not process rule: %v\n%s", e.err, e.line) }
+func (e *fakeErr) Error() string {
+	return fmt.Sprintf("Error: Could not process rule: %v\n%s", e.err, e.line)
+}
 func (e *fakeErr) Unwrap() error { return e.err }
 
 func (f *Fake) apply(m *Model, text string) (*Model, error) {
@@ -411,7 +413,9 @@ func (m *Model) referrers(kind, name string) string {
 	}
 	for _, s := range m.Sets {
 		for id, e := range s.Elements {
-			if len(e.Value) == 2 && (e.Value[0] == "goto" || e.Value[0] == "jump") && e.Value[1] == name {
+			// A verdict is one value part ("goto c"), as parseElement
+			// reads it.
+			if chains, _ := refs(strings.Join(e.Value, " ")); slices.Contains(chains, name) {
 				return "element " + id + " of " + s.Name
 			}
 		}
