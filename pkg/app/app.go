@@ -422,12 +422,6 @@ func buildVersion() string {
 	return "dev"
 }
 
-// LogOnlyBackend is the backend of a mode with no platform backend yet: one
-// per family that programs nothing; the syncer logs the desired state of
-// every change at -v=2.
-func LogOnlyBackend(context.Context, *config.Options, Env) (Backends, error) {
-	return Backends{{Family: v1.IPv4Protocol, Backend: logOnly{}}, {Family: v1.IPv6Protocol, Backend: logOnly{}}}, nil
-}
 
 type logOnly struct{}
 

@@ -312,13 +312,13 @@ func TestProfiling(t *testing.T) {
 // tests), /configz and /flagz.
 func TestMetricsServerURLs(t *testing.T) {
 	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
-	h := start(t, dir, run{tweak: func(o *config.Options, _ *Deps) { o.Config.Mode = config.ModeNFTables }})
+	h := start(t, dir, run{tweak: func(o *config.Options, _ *Deps) { o.Config.Mode = config.ModeIPVS }})
 	h.waitSync("first sync", succeeded)
 	h.waitServers("metrics")
 	base := "http://" + h.servers["metrics"]
 	for _, tc := range []struct{ path, want string }{
 		{"/healthz", "ok"},
-		// kproxy runs its iptables backend for mode nftables: that is the mode
+		// kproxy runs its iptables backend for mode ipvs: that is the mode
 		// whose rules the node has.
 		{"/proxyMode", "iptables"},
 		{"/configz", `{"kubeproxy.config.k8s.io":{"kind":"KubeProxyConfiguration","apiVersion":"kubeproxy.config.k8s.io/v1alpha1"`},
@@ -330,7 +330,7 @@ func TestMetricsServerURLs(t *testing.T) {
 		}
 	}
 	got := fetch(t, base+"/configz")
-	if !strings.Contains(string(got.body), `"mode":"nftables"`) {
+	if !strings.Contains(string(got.body), `"mode":"ipvs"`) {
 		t.Errorf("/configz does not show the configured mode: %.300s", got.body)
 	}
 }

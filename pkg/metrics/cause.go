@@ -28,23 +28,10 @@ const (
 
 var causes = []Cause{CauseTimeout, CauseUnavailable, CauseRejected, CauseOther}
 
-// Causer is implemented by errors that know their cause. Classify looks for
-// one anywhere in an error's tree, so a platform can tag its errors without
-// this package knowing the platform.
-type Causer interface {
-	SyncFailureCause() Cause
-}
-
-// Classify returns the cause of a sync error: the first Causer in the
-// error's tree, else what platform says (nil, or returning "", for no
-// opinion), else CauseTimeout for a context deadline, else CauseOther.
+// Classify returns the cause of a sync error: what platform says (nil, or
+// returning "", for no opinion), else CauseTimeout for a context deadline,
+// else CauseOther.
 func Classify(err error, platform func(error) Cause) Cause {
-	var c Causer
-	if errors.As(err, &c) {
-		if cause := c.SyncFailureCause(); known(cause) {
-			return cause
-		}
-	}
 	if platform != nil {
 		if cause := platform(err); known(cause) {
 			return cause

@@ -335,11 +335,6 @@ func TestBuildInfoAndFamilies(t *testing.T) {
 	}
 }
 
-type causedErr struct{ c Cause }
-
-func (e causedErr) Error() string           { return "caused" }
-func (e causedErr) SyncFailureCause() Cause { return e.c }
-
 func TestClassify(t *testing.T) {
 	platformSays := func(c Cause) func(error) Cause { return func(error) Cause { return c } }
 	for _, tc := range []struct {
@@ -350,9 +345,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"plain", errors.New("boom"), nil, CauseOther},
 		{"deadline", fmt.Errorf("sync: %w", context.DeadlineExceeded), nil, CauseTimeout},
-		{"causer wins over platform", fmt.Errorf("x: %w", causedErr{CauseUnavailable}), platformSays(CauseRejected), CauseUnavailable},
-		{"causer inside a join", errors.Join(errors.New("a"), causedErr{CauseRejected}), nil, CauseRejected},
-		{"unknown causer value ignored", causedErr{"weird"}, nil, CauseOther},
+		{"unknown platform value ignored", errors.New("x"), platformSays("weird"), CauseOther},
 		{"platform", errors.New("exit status 2"), platformSays(CauseRejected), CauseRejected},
 		{"platform without opinion", errors.New("x"), platformSays(""), CauseOther},
 		{"platform before deadline", context.DeadlineExceeded, platformSays(CauseUnavailable), CauseUnavailable},

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -237,6 +236,3 @@ type Node struct {
 	// Known is false until the Node object has been seen.
 	Known bool
 }
-
-// FormatPort renders a port number for rule text.
-func FormatPort(p int32) string { return strconv.Itoa(int(p)) }

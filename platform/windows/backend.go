@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -62,7 +61,7 @@ type Options struct {
 	// ever touches load balancers and endpoints of its family.
 	Family v1.IPFamily
 	// NetworkName is the HNS network: winkernel.networkName / --network-name,
-	// else $KUBE_NETWORK (see NetworkNameFromEnv). Empty: the only L2Bridge
+	// else $KUBE_NETWORK (read by pkg/config). Empty: the only L2Bridge
 	// or Overlay network on the host (an error lists them when there are
 	// several, or none yet).
 	NetworkName string
@@ -122,19 +121,6 @@ type Options struct {
 	Offline OfflineFacts
 }
 
-// NetworkNameFromEnv returns the configured network name, else the value of
-// KUBE_NETWORK from getenv (os.Getenv), as upstream does.
-func NetworkNameFromEnv(configured string, getenv func(string) string) (string, error) {
-	if configured != "" {
-		return configured, nil
-	}
-	if getenv != nil {
-		if v := strings.TrimSpace(getenv(EnvNetworkName)); v != "" {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("no HNS network name: set winkernel.networkName (--network-name) or %s", EnvNetworkName)
-}
 
 // Backend programs HNS load balancers and remote endpoints for one IP family.
 // It implements proxy.Backend and proxy.DryRunner.

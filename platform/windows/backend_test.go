@@ -547,29 +547,6 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestNetworkNameFromEnv(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == EnvNetworkName {
-				return v
-			}
-			return ""
-		}
-	}
-	for _, tc := range []struct {
-		configured, env, want string
-		err                   bool
-	}{
-		{"cbr0", "vxlan0", "cbr0", false},
-		{"", "vxlan0", "vxlan0", false},
-		{"", " ", "", true},
-	} {
-		got, err := NetworkNameFromEnv(tc.configured, env(tc.env))
-		if got != tc.want || (err != nil) != tc.err {
-			t.Errorf("NetworkNameFromEnv(%q, %q) = %q, %v", tc.configured, tc.env, got, err)
-		}
-	}
-}
 
 func TestBackendCleanup(t *testing.T) {
 	h := newHarness(t, overlayNamed("net"), hnsModern)

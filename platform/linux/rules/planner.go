@@ -556,17 +556,6 @@ func (p *Planner) stats(w *planWriter) Stats {
 	return s
 }
 
-// Chains lists the chains the planner believes exist in the kernel, per table.
-func (p *Planner) Chains() map[string][]string {
-	out := map[string][]string{}
-	for ti, t := range []string{TableNAT, TableFilter} {
-		for c := range p.believed[ti] {
-			out[t] = append(out[t], c)
-		}
-		sort.Strings(out[t])
-	}
-	return out
-}
 
 // connsKey renders the least-connection counts of sp's endpoints, in
 // endpoint order ("" when sp is not least-connection), so that the planner
