@@ -422,7 +422,6 @@ func buildVersion() string {
 	return "dev"
 }
 
-
 type logOnly struct{}
 
 func (logOnly) Sync(context.Context, *proxy.Snapshot, proxy.Changes) error { return nil }

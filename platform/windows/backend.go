@@ -121,7 +121,6 @@ type Options struct {
 	Offline OfflineFacts
 }
 
-
 // Backend programs HNS load balancers and remote endpoints for one IP family.
 // It implements proxy.Backend and proxy.DryRunner.
 //

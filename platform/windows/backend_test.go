@@ -547,7 +547,6 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-
 func TestBackendCleanup(t *testing.T) {
 	h := newHarness(t, overlayNamed("net"), hnsModern)
 	h.mustSync(webAndDNS(), proxy.Changes{Full: true})

@@ -556,7 +556,6 @@ func (p *Planner) stats(w *planWriter) Stats {
 	return s
 }
 
-
 // connsKey renders the least-connection counts of sp's endpoints, in
 // endpoint order ("" when sp is not least-connection), so that the planner
 // re-renders a port whose counts changed.
