@@ -32,11 +32,15 @@ import (
 // repeats (a health check node port that keeps failing to bind) patches.
 var libraryCalls = []apiCall{{"patch", "events.k8s.io", "events"}}
 
-// warningBackend is a backend that reports one platform warning when it is
-// created, as the Windows backend does for what HNS cannot honour.
+// warningBackend is a backend that reports one thing it cannot program as
+// asked, as the Windows backend does for what HNS cannot honour.
 type warningBackend struct{}
 
 func (warningBackend) Sync(context.Context, *proxy.Snapshot, proxy.Changes) error { return nil }
+
+func (warningBackend) Unsupported() []proxy.Unsupported {
+	return []proxy.Unsupported{{Service: types.NamespacedName{Namespace: "ns", Name: "web"}, Reason: "TestWarning", Message: "a platform limit"}}
+}
 
 // appCalls runs kproxy (pkg/app.RunWith: API-server source, event
 // recorder, servers, runner) against a fake clientset until it has watched
@@ -83,7 +87,6 @@ func appCalls(t *testing.T) []apiCall {
 	}
 	modes := app.Modes{string(o.ProxyMode()): {
 		NewBackend: func(_ context.Context, _ *config.Options, env app.Env) (app.Backends, error) {
-			env.Warn(types.NamespacedName{Namespace: "ns", Name: "web"}, "TestWarning", "a platform limit")
 			return app.Backends{{Family: v1.IPv4Protocol, Backend: warningBackend{}}}, nil
 		},
 	}}

@@ -28,7 +28,6 @@ func hnsOptions(o *config.Options, family v1.IPFamily, hns windows.HNS, env app.
 		RootHNSEndpointName:   w.RootHNSEndpointName,
 		ForwardHealthCheckVIP: w.ForwardHealthCheckVIP,
 		CheckPeriod:           o.SyncPeriod(),
-		Warn:                  env.Warn,
 	}
 	if env.Metrics != nil {
 		opts.Metrics = env.Metrics

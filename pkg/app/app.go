@@ -37,10 +37,6 @@ import (
 type Env struct {
 	// NodeName is this node's name.
 	NodeName string
-	// Warn reports, once per Service and reason, something the platform
-	// cannot do for it (it becomes a warning log line and, with an API
-	// server, a Warning Event on the Service). It never blocks.
-	Warn func(svc types.NamespacedName, reason, message string)
 	// Metrics records what only the platform sees: Metrics.IPTables(family)
 	// for the Linux backend, HNSCall/HNSError (platform/windows.Metrics) for
 	// the Windows one. nil in dry runs and cleanups.
@@ -233,7 +229,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 	rep := newReporter(logger, recorder, o.NodeName, uids)
 	warn.Store(rep)
-	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Warn: rep.warn, Metrics: m})
+	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Metrics: m})
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", name, err)
 	}

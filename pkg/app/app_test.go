@@ -35,14 +35,15 @@ const testTimeout = 60 * time.Second
 var errRejected = errors.New("fake backend: rejected")
 
 // fakeBackend records the snapshots it is asked to program and fails while
-// fail is set. warn, when set, is called during every sync.
+// fail is set. unsupported, when set, is what it says it left out.
 type fakeBackend struct {
 	family v1.IPFamily
 	env    Env
 	mu     sync.Mutex
 	fail   error
 	syncs  []proxy.Changes
-	warn   func(Env)
+	// unsupported lists what the backend says it cannot program as asked.
+	unsupported []proxy.Unsupported
 	// quarantine lists the ports the backend says it left out.
 	quarantine []proxy.QuarantinedPort
 }
@@ -53,12 +54,15 @@ func (b *fakeBackend) Quarantined() []proxy.QuarantinedPort {
 	return b.quarantine
 }
 
+func (b *fakeBackend) Unsupported() []proxy.Unsupported {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unsupported
+}
+
 func (b *fakeBackend) Sync(_ context.Context, _ *proxy.Snapshot, ch proxy.Changes) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.warn != nil {
-		b.warn(b.env)
-	}
 	b.syncs = append(b.syncs, ch)
 	return b.fail
 }
@@ -117,8 +121,8 @@ func options(t *testing.T, args ...string) *config.Options {
 type run struct {
 	// tweak adjusts the options and dependencies.
 	tweak func(o *config.Options, d *Deps)
-	// warn is called by every backend sync.
-	warn func(Env)
+	// unsupported is what every fake backend reports it left out.
+	unsupported []proxy.Unsupported
 	// ctx is the base context (default: Background), e.g. with a logger.
 	ctx context.Context
 }
@@ -137,12 +141,12 @@ func start(t *testing.T, dir string, cfg run) *harness {
 	o.Config.HealthzBindAddress = "127.0.0.1:0"
 	mode := Mode{
 		NewBackend: func(_ context.Context, _ *config.Options, env Env) (Backends, error) {
-			if env.Metrics == nil || env.Warn == nil || env.NodeName != "node1" {
+			if env.Metrics == nil || env.NodeName != "node1" {
 				return nil, fmt.Errorf("incomplete Env %+v", env)
 			}
 			var bs Backends
 			for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-				b := &fakeBackend{family: f, env: env, warn: cfg.warn}
+				b := &fakeBackend{family: f, env: env, unsupported: cfg.unsupported}
 				h.backends[f] = b
 				bs = append(bs, FamilyBackend{Family: f, Backend: b})
 			}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
 // recorded is one Event given to a recorder.
@@ -136,7 +137,7 @@ func TestEventsThroughAPIServer(t *testing.T) {
 			o.Manifests = ""
 			d.Client = client
 		},
-		warn: func(env Env) { env.Warn(web, "NoDSR", "DSR needs HNS 11.10") },
+		unsupported: []proxy.Unsupported{{Service: web, Reason: "NoDSR", Message: "DSR needs HNS 11.10"}},
 	})
 	h.waitSync("first sync", succeeded)
 

@@ -192,23 +192,30 @@ func TestHealth(t *testing.T) {
 	}
 }
 
-// TestManifestModeWarnsInLogs checks that without an API server a backend's
-// warnings are logged once per Service and reason, and nothing else.
+// TestManifestModeWarnsInLogs checks that without an API server what a
+// backend left out is logged once per Service and reason (two ports of one
+// Service with one reason: one line), and nothing else; the gauge counts
+// every entry by reason.
 func TestManifestModeWarnsInLogs(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx := klog.NewContext(context.Background(), logger)
 	buf := logger.GetSink().(ktesting.Underlier).GetBuffer()
 	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
 	svc := types.NamespacedName{Namespace: "demo", Name: "cache"}
-	h := start(t, dir, run{ctx: ctx, warn: func(env Env) {
-		env.Warn(svc, "NoSessionAffinity", "HNS cannot do it")
-		env.Warn(svc, "NoSessionAffinity", "HNS cannot do it")
+	h := start(t, dir, run{ctx: ctx, unsupported: []proxy.Unsupported{
+		{Service: svc, Port: "a", Reason: "NoSessionAffinity", Message: "HNS cannot do it"},
+		{Service: svc, Port: "b", Reason: "NoSessionAffinity", Message: "HNS cannot do it"},
 	}})
 	gen := h.waitSync("first sync", succeeded).gen
 	h.write("cache.yaml", strings.ReplaceAll(localOnlyYAML, "6379", "6380"))
 	h.changed("second sync", gen)
-	if n := strings.Count(buf.String(), "Warning: the platform cannot honour part of a Service"); n != 1 {
-		t.Errorf("warning logged %d times, want once:\n%s", n, buf.String())
+	if n := strings.Count(buf.String(), "Warning: part of a Service is not programmed as asked"); n != 2 {
+		t.Errorf("warning logged %d times, want once per family:\n%s", n, buf.String())
+	}
+	h.waitServers("metrics")
+	got := fetch(t, "http://"+h.servers["metrics"]+"/metrics")
+	if !strings.Contains(string(got.body), `kproxy_unsupported_service_ports{ip_family="IPv4",reason="NoSessionAffinity"} 2`) {
+		t.Errorf("metrics lack the unsupported gauge:\n%s", got.body)
 	}
 }
 

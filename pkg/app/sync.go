@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -45,6 +46,8 @@ type syncer struct {
 	// listenIPs, when set, computes the health check node ports' addresses
 	// once, before the first ones open (they may depend on the Node).
 	listenIPs func(node proxy.Node) []netip.Addr
+	// reported are the Unsupported entries reported and still current.
+	reported map[unsupportedKey]bool
 }
 
 // maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
@@ -89,6 +92,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 			continue
 		}
 		s.quarantined(b)
+		s.unsupported(b)
 		s.metrics.Synced(b.Family, ch.Full, took)
 		s.metrics.NoLocalEndpoints(b.Family, snap.Family(b.Family))
 		s.metrics.PortsByAlgorithm(b.Family, snap.Family(b.Family))
@@ -141,6 +145,53 @@ func (s *syncer) quarantined(b FamilyBackend) {
 			"node %s: service port %s (%s) is not programmed: the platform rejected it: %s; kproxy retries it with backoff and programs every other Service",
 			s.reporter.nodeName, p.Name, p.Family, p.Reason))
 	}
+}
+
+// unsupportedKey is one reported Unsupported (per family, Service, reason).
+type unsupportedKey struct {
+	family v1.IPFamily
+	svc    types.NamespacedName
+	reason string
+}
+
+// unsupported publishes what a backend left out of its last sync, the same
+// way on every OS: each (Service, reason) once while it applies — a
+// warning log line and a Warning Event on the Service, again if it comes
+// back after going away — and the kproxy_unsupported_service_ports gauge
+// by reason.
+func (s *syncer) unsupported(b FamilyBackend) {
+	r, ok := b.Backend.(proxy.UnsupportedReporter)
+	if !ok {
+		return
+	}
+	if s.reported == nil {
+		s.reported = map[unsupportedKey]bool{}
+	}
+	counts := map[string]int{}
+	cur := map[unsupportedKey]bool{}
+	for _, u := range r.Unsupported() {
+		counts[u.Reason]++
+		k := unsupportedKey{b.Family, u.Service, u.Reason}
+		if cur[k] {
+			continue
+		}
+		cur[k] = true
+		if s.reported[k] {
+			continue
+		}
+		s.log.Info("Warning: part of a Service is not programmed as asked", "service", u.Service.String(), "port", u.Port,
+			"family", b.Family, "reason", u.Reason, "message", u.Message)
+		s.reporter.serviceEvent(u.Service, u.Reason, actionSync, "node "+s.reporter.nodeName+": "+u.Message)
+	}
+	for k := range s.reported {
+		if k.family == b.Family && !cur[k] {
+			delete(s.reported, k)
+		}
+	}
+	for k := range cur {
+		s.reported[k] = true
+	}
+	s.metrics.Unsupported(b.Family, counts)
 }
 
 // triggersSince keeps the trigger times after start. Like upstream, changes

@@ -82,6 +82,7 @@ type Metrics struct {
 	healthz, livez      *prometheus.CounterVec
 	syncFailures        *prometheus.CounterVec
 	quarantined         *prometheus.GaugeVec
+	unsupported         *prometheus.GaugeVec
 	byAlgorithm         *prometheus.GaugeVec
 
 	restoreFailures        *prometheus.CounterVec
@@ -154,6 +155,7 @@ func New(o Options) *Metrics {
 	m.livez = counter(upstream, "proxy_livez_total", "Cumulative proxy livez HTTP status", "code")
 	m.syncFailures = counter(own, "sync_failures_total", "Failed syncs by IP family and cause (timeout, unavailable, rejected, other)", family, "cause")
 	m.quarantined = gauge(own, "sync_quarantined_service_ports", "Service ports left out of the node's rules because the platform rejected them (retried with backoff; everything else is programmed)", family)
+	m.unsupported = gauge(own, "unsupported_service_ports", "Parts of Services left out of the node's programming as the last sync found them, by reason (invalid input, what the platform cannot express; each also logged and a Warning Event)", family, "reason")
 	buildInfo := gauge(own, "build_info", "A metric with a constant '1' value labeled by the kproxy version, the Go version it was built with and the platform it runs on", "version", "go_version", "platform")
 	buildInfo.WithLabelValues(o.Version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH).Set(1)
 
@@ -175,7 +177,7 @@ func New(o Options) *Metrics {
 	m.reg.MustRegister(
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
 		m.programming, m.endpointChanges, m.serviceChanges, m.noLocalEndpoints, m.byAlgorithm,
-		m.healthz, m.livez, m.syncFailures, m.quarantined, buildInfo,
+		m.healthz, m.livez, m.syncFailures, m.quarantined, m.unsupported, buildInfo,
 	)
 	if o.FrontendConflicts != nil {
 		conflicts := o.FrontendConflicts
@@ -238,6 +240,15 @@ func (m *Metrics) Families(fams ...v1.IPFamily) {
 		for _, c := range causes {
 			m.syncFailures.WithLabelValues(fs, string(c))
 		}
+	}
+}
+
+// Unsupported sets kproxy_unsupported_service_ports of family: the count
+// per reason of what the last sync left out (reasons not listed drop out).
+func (m *Metrics) Unsupported(f v1.IPFamily, byReason map[string]int) {
+	m.unsupported.DeletePartialMatch(prometheus.Labels{family: string(f)})
+	for r, n := range byReason {
+		m.unsupported.WithLabelValues(string(f), r).Set(float64(n))
 	}
 }
 

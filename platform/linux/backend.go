@@ -107,9 +107,18 @@ type Backend struct {
 }
 
 var (
-	_ proxy.Backend   = (*Backend)(nil)
-	_ proxy.DryRunner = (*Backend)(nil)
+	_ proxy.Backend             = (*Backend)(nil)
+	_ proxy.DryRunner           = (*Backend)(nil)
+	_ proxy.UnsupportedReporter = (*Backend)(nil)
 )
+
+// Unsupported lists what the committed plans left out (invalid input,
+// what the rules cannot express as asked): see proxy.UnsupportedReporter.
+func (b *Backend) Unsupported() []proxy.Unsupported {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.planner.Problems()
+}
 
 // New returns a Backend. The real seams (filled in for nil ones) need Linux
 // and, for the iptables tools, probe the flavour the host uses.
@@ -325,9 +334,6 @@ func (b *Backend) plan(in rules.Input, to *takeoverPlan) (*rules.Plan, []byte) {
 		in.Extra = extra
 	}
 	plan := b.planner.Plan(in)
-	for _, p := range plan.Problems {
-		klog.InfoS("Skipping invalid input", "family", b.family, "problem", p)
-	}
 	restore := plan.Restore
 	if to != nil && len(to.lines["mangle"]) > 0 {
 		restore = append(slices.Clip(restore), []byte("*mangle\n"+strings.Join(to.lines["mangle"], "\n")+"\nCOMMIT\n")...)
@@ -462,7 +468,7 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 		fmt.Fprintf(&buf, "# ensured first in %s/%s: %s\n", j.Table, j.Chain, j.Rule())
 	}
 	for _, p := range plan.Problems {
-		fmt.Fprintf(&buf, "# skipped: %s\n", p)
+		fmt.Fprintf(&buf, "# skipped: %s\n", p.Message)
 	}
 	buf.Write(plan.Restore)
 	_, err = w.Write(buf.Bytes())

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -112,9 +112,6 @@ type Options struct {
 	CheckPeriod time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
-	// Warn is called once per Service and reason when HNS cannot do what the
-	// Service asks (the lead routes it to an Event). It may be nil.
-	Warn func(svc types.NamespacedName, reason, message string)
 	// Metrics receives HNS call latencies and error counts (default: none).
 	Metrics Metrics
 	// Offline supplies network facts for DryRun when HNS is nil.
@@ -157,8 +154,9 @@ type Backend struct {
 	// when new ones appear, the endpoints are listed again once.
 	missingLocal map[netip.Addr]bool
 	lastRecheck  time.Time
-	// warned holds the (Service, reason) pairs already reported.
-	warned map[warnKey]bool
+	// unsupported is what the last sync's plan could not program as asked
+	// (see Unsupported).
+	unsupported []proxy.Unsupported
 	// plans memoizes per-port planning across syncs.
 	plans *PlanCache
 	// sentLBs and sentEP are what kproxy sent for the objects it created,
@@ -239,7 +237,6 @@ func New(opts Options) (*Backend, error) {
 		clock:        opts.Clock,
 		needList:     true,
 		missingLocal: make(map[netip.Addr]bool),
-		warned:       make(map[warnKey]bool),
 		plans:        NewPlanCache(),
 	}
 	if opts.HNS != nil {
@@ -289,28 +286,23 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	return err
 }
 
-// report logs and forwards each new (Service, reason) warning once, and
-// forgets the ones that no longer apply so they are reported again if they
-// come back.
+// report records the plan's warnings as what the backend left out, for
+// Unsupported (the app logs each once, records an Event and counts them).
 func (b *Backend) report(ws []Warning) {
-	current := make(map[warnKey]bool, len(ws))
+	out := make([]proxy.Unsupported, 0, len(ws))
 	for _, w := range ws {
-		k := warnKey{w.Service, w.Reason}
-		current[k] = true
-		if b.warned[k] {
-			continue
-		}
-		b.warned[k] = true
-		klog.InfoS("Service not fully supported by HNS", "service", w.Service, "family", b.opts.Family, "reason", w.Reason, "message", w.Message)
-		if b.opts.Warn != nil {
-			b.opts.Warn(w.Service, w.Reason, w.Message)
-		}
+		out = append(out, proxy.Unsupported{Service: w.Service, Family: b.opts.Family, Reason: w.Reason, Message: w.Message})
 	}
-	for k := range b.warned {
-		if !current[k] {
-			delete(b.warned, k)
-		}
-	}
+	proxy.SortUnsupported(out)
+	b.unsupported = out
+}
+
+// Unsupported lists what HNS cannot do for the Services of the last sync,
+// one entry per Service and reason (see proxy.UnsupportedReporter).
+func (b *Backend) Unsupported() []proxy.Unsupported {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.unsupported)
 }
 
 // Cleanup deletes, for the backend's family, every HNS load balancer and

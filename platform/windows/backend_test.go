@@ -14,7 +14,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -28,6 +27,8 @@ type harness struct {
 	b     *Backend
 	net   string
 	warns []string
+	// reported are the warnings of the last sync (see sync).
+	reported map[string]bool
 }
 
 var changed = proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{{}: {}}} // "something changed"
@@ -52,9 +53,6 @@ func (h *harness) newBackend(mod ...func(*Options)) *Backend {
 		Interfaces: func() ([]HostInterface, error) {
 			return []HostInterface{{Name: "Ethernet", MAC: "00-15-5d-00-00-01", Addrs: addrs("10.0.0.1")}}, nil
 		},
-		Warn: func(svc types.NamespacedName, reason, msg string) {
-			h.warns = append(h.warns, svc.String()+" "+reason)
-		},
 	}
 	for _, m := range mod {
 		m(&opts)
@@ -78,6 +76,17 @@ func (h *harness) sync(s *proxy.Snapshot, ch proxy.Changes) (map[string]int, err
 	h.t.Helper()
 	h.f.ResetCalls()
 	err := h.b.Sync(context.Background(), s, ch)
+	// Warnings as the app reports them: each (Service, reason) once while
+	// it applies, again if it comes back.
+	cur := map[string]bool{}
+	for _, u := range h.b.Unsupported() {
+		k := u.Service.String() + " " + u.Reason
+		cur[k] = true
+		if !h.reported[k] {
+			h.warns = append(h.warns, k)
+		}
+	}
+	h.reported = cur
 	return h.f.Calls(), err
 }
 

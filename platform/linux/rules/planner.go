@@ -89,8 +89,9 @@ type Plan struct {
 	RouteLocalnet bool
 	// Conntrack lists the UDP flows to delete once the rules are in place.
 	Conntrack []ConntrackFilter
-	// Problems describe input that was skipped (object and field named).
-	Problems []string
+	// Problems describe what the ports rendered by this plan left out
+	// (object and field named); Planner.Problems lists every port's.
+	Problems []proxy.Unsupported
 	Stats    Stats
 	// next is the planner's record once this plan is applied (Commit).
 	next *record
@@ -139,7 +140,9 @@ type record struct {
 	believed [2]map[string]uint64 // nat, filter: chain → content hash
 	nodeIPs  []netip.Addr
 	// local are the detect-local matches the rules were rendered with.
-	local    []localMatch
+	local []localMatch
+	// problems holds, per port, what its rendering left out.
+	problems map[proxy.ServicePortName][]proxy.Unsupported
 	portRule int // rules in per-port chains and dispatch entries
 	portChn  int
 	// rules and chains of the fixed chains (dispatch parents included)
@@ -157,6 +160,7 @@ type record struct {
 func (r *record) clone() *record {
 	c := *r
 	c.ports = maps.Clone(r.ports)
+	c.problems = maps.Clone(r.problems)
 	c.hairpin = maps.Clone(r.hairpin)
 	c.hcPorts = maps.Clone(r.hcPorts)
 	for i := range r.believed {
@@ -191,10 +195,21 @@ func (p *Planner) Config() Config { return p.cfg }
 
 func (p *Planner) reset() {
 	p.ports = map[proxy.ServicePortName]*portState{}
+	p.problems = map[proxy.ServicePortName][]proxy.Unsupported{}
 	p.disp = [2]*dispatch{newDispatch(ChainServices), newDispatch(ChainNodePorts)}
 	p.hairpin = map[netip.Addr]int{}
 	p.hcPorts = map[int32]int{}
 	p.portRule, p.portChn = 0, 0
+}
+
+// Problems lists what the committed plans left out, for every port, sorted.
+func (p *Planner) Problems() []proxy.Unsupported {
+	var out []proxy.Unsupported
+	for _, ps := range p.problems {
+		out = append(out, ps...)
+	}
+	proxy.SortUnsupported(out)
+	return out
 }
 
 // Commit records that plan was applied: the next plan starts from what it
@@ -376,12 +391,17 @@ func (p *Planner) plan(in Input) *Plan {
 }
 
 // updatePort re-renders one port and records the differences.
-func (p *Planner) updatePort(n proxy.ServicePortName, sp *proxy.ServicePort, old *portState, full bool, w *planWriter, problems *[]string) {
+func (p *Planner) updatePort(n proxy.ServicePortName, sp *proxy.ServicePort, old *portState, full bool, w *planWriter, problems *[]proxy.Unsupported) {
 	var ns *portState
 	var chains []chainOut
 	if sp != nil {
 		out, probs := p.r.renderPort(sp, p.nodeIPs)
 		*problems = append(*problems, probs...)
+		if len(probs) > 0 {
+			p.problems[n] = probs
+		} else {
+			delete(p.problems, n)
+		}
 		if out != nil {
 			ns = &portState{sp: sp, entries: out.entries, hairpin: out.hairpin, hcPort: out.hcPort, nodeDeps: out.nodeDeps, rules: out.rules}
 			for _, c := range out.chains {
@@ -389,6 +409,8 @@ func (p *Planner) updatePort(n proxy.ServicePortName, sp *proxy.ServicePort, old
 			}
 			chains = out.chains
 		}
+	} else {
+		delete(p.problems, n)
 	}
 	if full {
 		old = nil // state was reset: nothing to remove

@@ -210,6 +210,10 @@ func commentText(s string) string {
 	return string(b)
 }
 
+// ReasonSourceHashTooManyEndpoints: a source-hash port has more endpoints
+// than the table has slots; it is balanced at random.
+const ReasonSourceHashTooManyEndpoints = "SourceHashTooManyEndpoints"
+
 func (r *renderer) addrOK(a netip.Addr) bool {
 	c := intent.Config{Family: r.cfg.Family}
 	return c.AddrOK(a)
@@ -222,25 +226,16 @@ func (r *renderer) intentConfig(nodeIPs []netip.Addr) intent.Config {
 	return intent.Config{Family: r.cfg.Family, MasqueradeAll: r.cfg.MasqueradeAll, PodSources: len(r.local) > 0, NodeIPs: nodeIPs}
 }
 
-// problemStrings renders problems the way plans list them.
-func problemStrings(ps []proxy.Unsupported) []string {
-	out := make([]string, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.Message)
-	}
-	return out
-}
-
 // renderPort renders one service port: its intent (built here, with the
 // least-connection counts of the plan) as chains and dispatch entries. It
 // returns nil and the problems when the port cannot be rendered at all.
-func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*portOut, []string) {
+func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*portOut, []proxy.Unsupported) {
 	p, problems := intent.Build(r.intentConfig(nodeIPs), sp, r.conns[sp.Name])
 	if p == nil {
-		return nil, problemStrings(problems)
+		return nil, problems
 	}
 	out, more := r.render(p)
-	return out, append(problemStrings(problems), more...)
+	return out, append(problems, more...)
 }
 
 // render renders a port's intent. Every decision is the intent's: this
@@ -251,14 +246,16 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 // by the detect-local match, the node by its source address type, every
 // other client last); source ranges add an FW chain per port in front of
 // its load balancer IPs.
-func (r *renderer) render(p *intent.Port) (*portOut, []string) {
-	var problems []string
+func (r *renderer) render(p *intent.Port) (*portOut, []proxy.Unsupported) {
+	var problems []proxy.Unsupported
 	proto := protoName(p.Protocol)
 	id := portID(p.Name)
 	svcName, svlName, extName, fwName := kindSVC+id, kindSVL+id, kindEXT+id, kindFW+id
 	if p.Algorithm == proxy.AlgorithmSourceHash {
 		if n := max(len(p.Cluster), len(p.Local)); n > proxy.MaxSourceHashEndpoints {
-			problems = append(problems, fmt.Sprintf("service port %s: algorithm: source-hash spreads over at most %d endpoints, %d here: using random", p.Name, proxy.MaxSourceHashEndpoints, n))
+			problems = append(problems, proxy.Unsupported{Service: p.Name.NamespacedName, Port: p.Name.Port, Family: p.Family,
+				Reason:  ReasonSourceHashTooManyEndpoints,
+				Message: fmt.Sprintf("service port %s: algorithm: source-hash spreads over at most %d endpoints, %d here: using random", p.Name, proxy.MaxSourceHashEndpoints, n)})
 		}
 	}
 	out := &portOut{}
