@@ -153,6 +153,7 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			Conntrack:    sys.Conntrack,
 			Host:         sys.Host,
 			Metrics:      env.Metrics.IPTables(fam),
+			Logger:       log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)

@@ -37,6 +37,8 @@ type Options struct {
 	Host      Host
 	// Metrics receives what each sync did (nil: none).
 	Metrics Metrics
+	// Logger receives the backend's log lines (zero: klog's global one).
+	Logger klog.Logger
 	// RuleBudget caps the iptables rules one Service may need (estimated;
 	// 0: DefaultRuleBudget, negative: no cap). A Service over it is left
 	// out and reported.
@@ -84,6 +86,7 @@ type Backend struct {
 	opts    Options
 	family  v1.IPFamily
 	planner *rules.Planner
+	log     klog.Logger
 
 	mu         sync.Mutex
 	needFull   bool
@@ -151,8 +154,12 @@ func New(opts Options) (*Backend, error) {
 	if opts.RuleBudget == 0 {
 		opts.RuleBudget = DefaultRuleBudget
 	}
-	return &Backend{opts: opts, family: opts.Rules.Family, planner: planner, needFull: true,
-		quarantine: map[proxy.ServicePortName]*quarantined{}, lc: leastConn{family: opts.Rules.Family, ct: opts.Conntrack}}, nil
+	log := opts.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
+	return &Backend{opts: opts, family: opts.Rules.Family, planner: planner, needFull: true, log: log,
+		quarantine: map[proxy.ServicePortName]*quarantined{}, lc: leastConn{family: opts.Rules.Family, ct: opts.Conntrack, log: log}}, nil
 }
 
 // Family returns the backend's IP family.
@@ -183,7 +190,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	if err != nil {
 		// Keep programming with the last known addresses: NodePorts on a
 		// stale address list beat no sync at all.
-		klog.ErrorS(err, "Listing local addresses failed, using the last known ones", "family", b.family)
+		b.log.Error(err, "Listing local addresses failed, using the last known ones", "family", b.family)
 	} else {
 		b.localAddrs = addrs
 	}
@@ -209,7 +216,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		if errors.Is(err, errRestore) {
 			b.opts.Metrics.RestoreFailed(true)
 		}
-		klog.InfoS("Partial sync failed (kproxy's chains flushed or changed behind its back?): full sync", "family", b.family, "err", err)
+		b.log.Info("Partial sync failed (kproxy's chains flushed or changed behind its back?): full sync", "family", b.family, "err", err)
 		full = true
 		plan, err = b.apply(ctx, snap, ch, true, exclude)
 	}
@@ -247,7 +254,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	b.excluded = exclude
 	b.lastSnap = snap
 	b.last = SyncResult{Full: full, Duration: time.Since(start), Stats: plan.Stats, ConntrackDeleted: deleted}
-	klog.V(2).InfoS("Synced iptables rules", "family", b.family, "full", full, "servicePorts", plan.Stats.ServicePorts,
+	b.log.V(2).Info("Synced iptables rules", "family", b.family, "full", full, "servicePorts", plan.Stats.ServicePorts,
 		"chains", plan.Stats.Chains, "rules", plan.Stats.Rules, "writtenChains", plan.Stats.WrittenChains,
 		"writtenRules", plan.Stats.WrittenRules, "deletedChains", plan.Stats.DeletedChains,
 		"conntrackDeleted", deleted, "duration", b.last.Duration)
@@ -290,7 +297,7 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 	if len(restore) > 0 {
 		err := b.opts.Iptables.Restore(ctx, restore)
 		if err != nil && to != nil && !to.empty() {
-			klog.ErrorS(err, "Taking over from kube-proxy failed; syncing without it, will retry with the next full sync", "family", b.family, "chains", to.chains())
+			b.log.Error(err, "Taking over from kube-proxy failed; syncing without it, will retry with the next full sync", "family", b.family, "chains", to.chains())
 			plan, restore = b.plan(in, nil)
 			to = nil
 			err = b.opts.Iptables.Restore(ctx, restore)
@@ -307,10 +314,10 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 	if to != nil {
 		b.tookOver = true
 		if !to.empty() {
-			klog.InfoS("Took over from kube-proxy: removed its iptables chains", "family", b.family, "chains", len(to.chains()))
+			b.log.Info("Took over from kube-proxy: removed its iptables chains", "family", b.family, "chains", len(to.chains()))
 		}
 		if len(to.kept) > 0 {
-			klog.InfoS("Take-over: kept kube-proxy chains still used by other chains", "family", b.family, "chains", to.kept)
+			b.log.Info("Take-over: kept kube-proxy chains still used by other chains", "family", b.family, "chains", to.kept)
 		}
 		b.deleteNFTable(ctx)
 	}
@@ -366,7 +373,7 @@ func (b *Backend) deleteNFTable(ctx context.Context) {
 	}
 	tables, err := b.opts.NFTables.ListTables(ctx)
 	if err != nil {
-		klog.ErrorS(err, "Take-over: listing nftables tables failed", "family", b.family)
+		b.log.Error(err, "Take-over: listing nftables tables failed", "family", b.family)
 		return
 	}
 	for _, t := range tables {
@@ -374,9 +381,9 @@ func (b *Backend) deleteNFTable(ctx context.Context) {
 			continue
 		}
 		if err := b.opts.NFTables.DeleteTable(ctx, family, "kube-proxy"); err != nil && !IsNotExist(err) {
-			klog.ErrorS(err, "Take-over: deleting kube-proxy's nftables table failed", "table", t)
+			b.log.Error(err, "Take-over: deleting kube-proxy's nftables table failed", "table", t)
 		} else {
-			klog.InfoS("Took over from kube-proxy: deleted its nftables table", "table", t)
+			b.log.Info("Took over from kube-proxy: deleted its nftables table", "table", t)
 		}
 	}
 }
@@ -439,7 +446,7 @@ func (b *Backend) cleanConntrack(filters []rules.ConntrackFilter) int {
 	n, err := b.opts.Conntrack.DeleteFlows(b.family, m.Match)
 	b.opts.Metrics.Conntrack(n, time.Since(start), err != nil)
 	if err != nil {
-		klog.ErrorS(err, "Deleting stale conntrack flows failed; retrying with the next sync", "family", b.family,
+		b.log.Error(err, "Deleting stale conntrack flows failed; retrying with the next sync", "family", b.family,
 			"frontends", b.pendingCT.len(), "deleted", n)
 		return n
 	}

@@ -45,6 +45,7 @@ func leastConnEndpoints(view *proxy.FamilyView) map[proxy.ServicePortName][]prox
 type leastConn struct {
 	family v1.IPFamily
 	ct     Conntrack
+	log    klog.Logger
 	// conns are the counts per port, read at at in cost.
 	conns map[proxy.ServicePortName]map[netip.AddrPort]int
 	at    time.Time
@@ -87,7 +88,7 @@ func (b *leastConn) refresh(view *proxy.FamilyView, ch proxy.Changes, now time.T
 	b.at = now
 	if err != nil {
 		// Keep the last counts: least connection degrades to stale weights.
-		klog.ErrorS(err, "Reading connection counts for least-connection Services failed", "family", b.family)
+		b.log.Error(err, "Reading connection counts for least-connection Services failed", "family", b.family)
 		return nil
 	}
 	next := make(map[proxy.ServicePortName]map[netip.AddrPort]int, len(ports))
@@ -105,7 +106,7 @@ func (b *leastConn) refresh(view *proxy.FamilyView, ch proxy.Changes, now time.T
 		}
 	}
 	b.conns = next
-	klog.V(4).InfoS("Read least-connection counts", "family", b.family, "ports", len(ports), "endpoints", len(want),
+	b.log.V(4).Info("Read least-connection counts", "family", b.family, "ports", len(ports), "endpoints", len(want),
 		"changed", len(changed), "took", b.cost)
 	return changed
 }
@@ -152,7 +153,7 @@ func (b *Backend) RunLeastConnection(ctx context.Context) {
 			continue
 		}
 		if err := b.Sync(ctx, snap, proxy.Changes{}); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Refreshing least-connection weights failed", "family", b.family)
+			b.log.Error(err, "Refreshing least-connection weights failed", "family", b.family)
 		}
 	}
 }

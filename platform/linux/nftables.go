@@ -129,7 +129,7 @@ func NewNFT(opts NFTOptions) (*NFTBackend, error) {
 	log = log.WithValues("family", opts.Rules.Family)
 	return &NFTBackend{opts: opts, family: opts.Rules.Family, renderer: r, log: log, needFull: true,
 		invalid: map[proxy.ServicePortName][]proxy.Unsupported{},
-		lc:      leastConn{family: opts.Rules.Family, ct: opts.Conntrack}}, nil
+		lc:      leastConn{family: opts.Rules.Family, ct: opts.Conntrack, log: log}}, nil
 }
 
 // Family returns the backend's IP family.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/rules"
@@ -86,7 +85,7 @@ func (b *Backend) exclusions(ctx context.Context, view *proxy.FamilyView, now ti
 		bad, err := b.isolate(ctx, due)
 		switch {
 		case err != nil:
-			klog.ErrorS(err, "Retrying quarantined service ports failed; keeping them out", "family", b.family, "ports", len(due))
+			b.log.Error(err, "Retrying quarantined service ports failed; keeping them out", "family", b.family, "ports", len(due))
 			for _, sp := range due {
 				b.requeue(sp, b.quarantine[sp.Name].reason, now)
 			}
@@ -96,7 +95,7 @@ func (b *Backend) exclusions(ctx context.Context, view *proxy.FamilyView, now ti
 					b.requeue(sp, reason, now)
 					continue
 				}
-				klog.InfoS("The kernel accepts a quarantined service port again", "servicePort", sp.Name, "family", b.family)
+				b.log.Info("The kernel accepts a quarantined service port again", "servicePort", sp.Name, "family", b.family)
 				delete(b.quarantine, sp.Name)
 			}
 		}
@@ -139,22 +138,22 @@ func (b *Backend) quarantineFailure(ctx context.Context, view *proxy.FamilyView,
 	start := time.Now()
 	if err := b.probe(ctx, nil); err != nil {
 		// Even an empty probe fails: nothing to blame on a port.
-		klog.V(2).InfoS("Not isolating: iptables-restore fails without any service port", "family", b.family, "err", err)
+		b.log.V(2).Info("Not isolating: iptables-restore fails without any service port", "family", b.family, "err", err)
 		return 0
 	}
 	bad, err := b.isolate(ctx, ports)
 	if err != nil {
-		klog.ErrorS(err, "Could not isolate what the kernel rejects", "family", b.family)
+		b.log.Error(err, "Could not isolate what the kernel rejects", "family", b.family)
 		return 0
 	}
 	for _, sp := range ports {
 		if reason, ok := bad[sp.Name]; ok {
 			b.requeue(sp, reason, now)
-			klog.ErrorS(errors.New(reason), "The kernel rejects the rules of a service port; leaving it out and programming the rest",
+			b.log.Error(errors.New(reason), "The kernel rejects the rules of a service port; leaving it out and programming the rest",
 				"servicePort", sp.Name, "family", b.family, "retry", b.quarantine[sp.Name].retry)
 		}
 	}
-	klog.V(2).InfoS("Isolated rejected service ports", "family", b.family, "ports", len(ports), "rejected", len(bad), "took", time.Since(start))
+	b.log.V(2).Info("Isolated rejected service ports", "family", b.family, "ports", len(ports), "rejected", len(bad), "took", time.Since(start))
 	return len(bad)
 }
 
@@ -204,7 +203,7 @@ func (b *Backend) probe(ctx context.Context, ports []*proxy.ServicePort) error {
 	}
 	if err := b.opts.Iptables.Restore(ctx, remove); err != nil {
 		// Harmless: scratch chains are owned, the next full sync deletes them.
-		klog.ErrorS(err, "Removing probe chains failed", "family", b.family)
+		b.log.Error(err, "Removing probe chains failed", "family", b.family)
 	}
 	return nil
 }
