@@ -15,7 +15,6 @@ import (
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"sigs.k8s.io/knftables"
 )
 
 func addPlatformModes(m app.Modes) {
@@ -50,7 +49,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			log.Info("IPv6 Services are not proxied: the node has no IPv6 address (other than loopback and link-local)")
 			continue
 		}
-		n, err := knftables.New(nft.Family(fam), nft.TableName)
+		n, err := nft.NewSystem(nft.Family(fam))
 		if err != nil {
 			if fam == v1.IPv6Protocol {
 				log.Info("IPv6 Services are not proxied: nftables is unusable for IPv6", "err", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	v1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -19,7 +18,7 @@ func nftablesDryRun(o *config.Options) (proxy.DryRunner, error) {
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := linux.NewNFT(linux.NFTOptions{
 			Rules:     iptablesConfig(o, fam),
-			NFT:       knftables.NewFake(nft.Family(fam), nft.TableName),
+			NFT:       nft.NewFake(nft.Family(fam), nft.TableName),
 			Conntrack: &linux.FakeConntrack{},
 			Host:      host,
 		})

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/pkg/proxytest"
@@ -22,7 +21,7 @@ import (
 // kernel of the calling thread's namespace.
 func systemNFTBackend(t testing.TB, fam v1.IPFamily) *NFTBackend {
 	t.Helper()
-	n, err := knftables.New(nft.Family(fam), nft.TableName)
+	n, err := nft.NewSystem(nft.Family(fam))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +111,11 @@ func benchNFTOnce(b *testing.B, n int) {
 
 // timedNFT times the Run calls of an nft seam.
 type timedNFT struct {
-	knftables.Interface
+	nft.Interface
 	runs []time.Duration
 }
 
-func (t *timedNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+func (t *timedNFT) Run(ctx context.Context, tx *nft.Tx) error {
 	start := time.Now()
 	err := t.Interface.Run(ctx, tx)
 	t.runs = append(t.runs, time.Since(start))

@@ -12,7 +12,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -27,9 +26,8 @@ type NFTOptions struct {
 	// the iptables-only ones (filter bit, sharding) are ignored.
 	Rules rules.Config
 	// NFT is the seam to nftables for kproxy's table of the family
-	// (knftables.New(nft.Family(family), nft.TableName) on a node, a
-	// FakeNFT in tests).
-	NFT       knftables.Interface
+	// (nft.NewSystem on a node, an nft.Fake in tests).
+	NFT       nft.Interface
 	Conntrack Conntrack
 	Host      Host
 	// Metrics receives what each sync did (nil: none).
@@ -115,7 +113,7 @@ func NewNFT(opts NFTOptions) (*NFTBackend, error) {
 	if opts.NFT == nil || opts.Conntrack == nil || opts.Host == nil {
 		return nil, errors.New("nftables backend: the NFT, Conntrack and Host seams are required")
 	}
-	r, err := nft.NewRenderer(opts.Rules, opts.NFT.NewTransaction)
+	r, err := nft.NewRenderer(opts.Rules)
 	if err != nil {
 		return nil, err
 	}
@@ -470,15 +468,7 @@ func (b *NFTBackend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.applied, b.needFull = nil, true
-	return DeleteNFTTable(ctx, b.opts.NFT)
-}
-
-// DeleteNFTTable deletes the table nft manages, if it exists.
-func DeleteNFTTable(ctx context.Context, n knftables.Interface) error {
-	tx := n.NewTransaction()
-	tx.Add(&knftables.Table{})
-	tx.Delete(&knftables.Table{})
-	if err := n.Run(ctx, tx); err != nil {
+	if err := b.opts.NFT.Run(ctx, nft.DeleteTable(nft.Family(b.family))); err != nil {
 		return fmt.Errorf("deleting kproxy's nftables table: %w", err)
 	}
 	return nil

@@ -173,8 +173,8 @@ func (r *renderer) canaries() []elem {
 		unspec = "::"
 	}
 	return []elem{
-		{set: MapFrontends, key: []string{unspec, "tcp", "0"}, val: []string{"drop"}},
-		{set: MapNodePorts, key: []string{"tcp", "0"}, val: []string{"drop"}},
+		{set: MapFrontends, key: unspec + " . tcp . 0", val: "drop"},
+		{set: MapNodePorts, key: "tcp . 0", val: "drop"},
 	}
 }
 
@@ -184,12 +184,12 @@ func (r *renderer) fixedElems(n Node) []elem {
 	out := r.canaries()
 	if n.PodSources && r.podMatch == r.f.ip+" saddr @"+SetPodCIDRs {
 		for _, p := range n.PodCIDRs {
-			out = append(out, elem{set: SetPodCIDRs, key: []string{p.String()}})
+			out = append(out, elem{set: SetPodCIDRs, key: p.String()})
 		}
 	}
 	if !n.NodePortsAll {
 		for _, a := range n.NodePortIPs {
-			out = append(out, elem{set: SetNodePorts, key: []string{a.String()}})
+			out = append(out, elem{set: SetNodePorts, key: a.String()})
 		}
 	}
 	return out

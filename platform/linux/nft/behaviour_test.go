@@ -72,7 +72,7 @@ func newBehaviourEnv(t *testing.T, tb *proxytest.Table, pc proxytest.Config, sna
 		}
 		e.ports[sp.Name] = p
 	}
-	rd, err := NewRenderer(cfg, nil)
+	rd, err := NewRenderer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,12 @@ import (
 // element (EBUSY), a rule or element naming a missing chain or set, a
 // missing object deleted or flushed (ENOENT), a base chain added again with
 // another hook or priority. It reads the transaction as nft would, from
-// its text (knftables writes one operation per line), so what it accepts is
-// what the real nft receives. Model exposes the state for the packet
+// its text (one command per line, elements batched as "{ a, b }"), so what
+// it accepts is what the real nft receives. Model exposes the state for the packet
 // tracer; Dump a sorted, deterministic listing.
 //
-// It implements knftables.Interface for one family and table; ListRules
-// returns rules with their text filled in (the real nft's does not).
+// It implements Interface for one family and table; ListRules returns rules
+// with their text filled in (the real nft's does not).
 type Fake struct {
 	family knftables.Family
 	table  string
@@ -38,7 +38,7 @@ type Fake struct {
 	Runs int
 }
 
-var _ knftables.Interface = (*Fake)(nil)
+var _ Interface = (*Fake)(nil)
 
 // NewFake returns an empty Fake (no table) for family and table.
 func NewFake(family knftables.Family, table string) *Fake {
@@ -101,13 +101,8 @@ func (m *Model) clone() *Model {
 	return out
 }
 
-// NewTransaction implements knftables.Interface.
-func (f *Fake) NewTransaction() *knftables.Transaction {
-	return knftables.NewFake(f.family, f.table).NewTransaction()
-}
-
 // Run applies tx atomically.
-func (f *Fake) Run(_ context.Context, tx *knftables.Transaction) error {
+func (f *Fake) Run(_ context.Context, tx *Tx) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Runs++
@@ -126,7 +121,7 @@ func (f *Fake) Run(_ context.Context, tx *knftables.Transaction) error {
 }
 
 // Check applies tx to a copy and reports whether it would succeed.
-func (f *Fake) Check(_ context.Context, tx *knftables.Transaction) error {
+func (f *Fake) Check(_ context.Context, tx *Tx) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	_, err := f.apply(f.m.clone(), tx.String())
@@ -331,6 +326,23 @@ func (m *Model) elementOp(verb, set, spec string) error {
 	if s == nil {
 		return fmt.Errorf("%w: set %s", ErrNotFound, set)
 	}
+	body, ok := strings.CutPrefix(spec, "{ ")
+	if ok {
+		body, ok = strings.CutSuffix(body, " }")
+	}
+	if !ok {
+		return fmt.Errorf("%w: element %q", ErrNotSupp, spec)
+	}
+	for _, one := range strings.Split(body, ", ") {
+		if err := m.oneElement(s, verb, "{ "+one+" }"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Model) oneElement(s *Set, verb, spec string) error {
+	set := s.Name
 	key, val, ok := parseElement(spec)
 	if !ok {
 		return fmt.Errorf("%w: element %q", ErrNotSupp, spec)
@@ -423,8 +435,8 @@ func (m *Model) referrers(kind, name string) string {
 	return ""
 }
 
-// ListAll implements knftables.Interface: the names of the chains, sets and
-// maps (under "chain", "set", "map").
+// ListAll implements Interface: the names of the chains, sets and maps
+// (under "chain", "set", "map").
 func (f *Fake) ListAll(context.Context) (map[string][]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -445,7 +457,7 @@ func (f *Fake) ListAll(context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// List implements knftables.Interface.
+// List returns the names of one kind of object ("chains", "sets", "maps").
 func (f *Fake) List(ctx context.Context, objectType string) ([]string, error) {
 	all, err := f.ListAll(ctx)
 	if err != nil {
@@ -454,7 +466,7 @@ func (f *Fake) List(ctx context.Context, objectType string) ([]string, error) {
 	return all[strings.TrimSuffix(objectType, "s")], nil
 }
 
-// ListRules implements knftables.Interface (with the rule text).
+// ListRules implements Interface (with the rule text).
 func (f *Fake) ListRules(_ context.Context, chain string) ([]*knftables.Rule, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -472,7 +484,7 @@ func (f *Fake) ListRules(_ context.Context, chain string) ([]*knftables.Rule, er
 	return out, nil
 }
 
-// ListElements implements knftables.Interface.
+// ListElements returns the elements of a set or map.
 func (f *Fake) ListElements(_ context.Context, _, name string) ([]*knftables.Element, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -493,9 +505,6 @@ func (f *Fake) ListElements(_ context.Context, _, name string) ([]*knftables.Ele
 	}
 	return out, nil
 }
-
-// ListCounters implements knftables.Interface (kproxy uses none).
-func (f *Fake) ListCounters(context.Context) ([]*knftables.Counter, error) { return nil, nil }
 
 // notFound makes an error knftables.IsNotFound recognises (it looks for the
 // ENOENT text nft prints).

@@ -14,28 +14,21 @@ import (
 // element that jumps to it passes the tests and fails on a node.
 func TestFakeBusyChainOfVerdictElement(t *testing.T) {
 	f := NewFake(knftables.IPv4Family, TableName)
-	tx := f.NewTransaction()
-	tx.Add(&knftables.Table{})
-	tx.Add(&knftables.Map{Name: "m", Type: "ipv4_addr : verdict"})
-	tx.Add(&knftables.Chain{Name: "c"})
-	tx.Add(&knftables.Chain{Name: "d"})
-	tx.Add(&knftables.Element{Map: "m", Key: []string{"10.0.0.1"}, Value: []string{"goto c"}})
-	tx.Add(&knftables.Element{Map: "m", Key: []string{"10.0.0.2"}, Value: []string{"jump d"}})
-	if err := f.Run(context.Background(), tx); err != nil {
+	run := func(text string) error { return f.Run(context.Background(), TextTx(knftables.IPv4Family, text)) }
+	if err := run(`add table ip kproxy
+add map ip kproxy m { type ipv4_addr : verdict ; }
+add chain ip kproxy c
+add chain ip kproxy d
+add element ip kproxy m { 10.0.0.1 : goto c, 10.0.0.2 : jump d }`); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []string{"c", "d"} {
-		tx = f.NewTransaction()
-		tx.Delete(&knftables.Chain{Name: c})
-		if err := f.Run(context.Background(), tx); !errors.Is(err, ErrBusy) {
+		if err := run("delete chain ip kproxy " + c); !errors.Is(err, ErrBusy) {
 			t.Errorf("deleting chain %s, which an element points at: %v, want EBUSY", c, err)
 		}
 	}
 	// Once the element is gone, in the same transaction, the chain goes.
-	tx = f.NewTransaction()
-	tx.Delete(&knftables.Element{Map: "m", Key: []string{"10.0.0.1"}})
-	tx.Delete(&knftables.Chain{Name: "c"})
-	if err := f.Run(context.Background(), tx); err != nil {
+	if err := run("delete element ip kproxy m { 10.0.0.1 }\ndelete chain ip kproxy c"); err != nil {
 		t.Errorf("deleting the element, then the chain: %v", err)
 	}
 }

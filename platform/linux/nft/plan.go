@@ -55,7 +55,7 @@ type Stats struct {
 type Plan struct {
 	Full bool
 	// Tx is the transaction (empty when nothing changed).
-	Tx *knftables.Transaction
+	Tx *Tx
 	// RouteLocalnet: localhost NodePorts are on, the applier must set
 	// net.ipv4.conf.all.route_localnet=1.
 	RouteLocalnet bool
@@ -167,15 +167,14 @@ type Renderer struct {
 }
 
 // NewRenderer returns a renderer for cfg (its family, masquerade bit,
-// detect-local mode, capabilities). newTx makes empty transactions (an
-// Interface's NewTransaction; nil: a Fake's, for printing).
-func NewRenderer(cfg rules.Config, newTx func() *knftables.Transaction) (*Renderer, error) {
+// detect-local mode, capabilities).
+func NewRenderer(cfg rules.Config) (*Renderer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("nftables renderer: %w", err)
 	}
-	if newTx == nil {
-		newTx = knftables.NewFake(Family(cfg.Family), TableName).NewTransaction
-	}
+	// knftables writes the operations other than elements: its
+	// transactions render "add chain ip kproxy ..." and so on.
+	newTx := knftables.NewFake(Family(cfg.Family), TableName).NewTransaction
 	return &Renderer{cfg: cfg, newTx: newTx}, nil
 }
 
@@ -195,61 +194,123 @@ type tx struct {
 type op struct {
 	verb string // add, flush, delete
 	obj  knftables.Object
+	// el is set instead of obj for an element (written batched, see Tx).
+	el *elem
 }
 
-func (t *tx) write(out *knftables.Transaction) {
+// write renders the operations into tx, in order. Objects other than
+// elements are written by knftables; runs of element operations on one
+// set are batched into one command each (nft parses one command of a
+// thousand elements far faster than a thousand commands).
+func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
+	var kt *knftables.Transaction
+	flush := func() {
+		if kt != nil && kt.NumOperations() > 0 {
+			out.text = append(out.text, kt.String()...)
+		}
+		kt = nil
+	}
+	var runVerb, runSet string
+	runLen := 0
+	endRun := func() {
+		if runLen > 0 {
+			out.text = append(out.text, " }\n"...)
+		}
+		runLen = 0
+	}
 	for _, list := range [][]op{t.head, t.chains, t.rules, t.delElems, t.addElems, t.delChains, t.delSets} {
 		for _, o := range list {
-			switch o.verb {
-			case "add":
-				out.Add(o.obj)
-			case "flush":
-				out.Flush(o.obj)
-			case "delete":
-				out.Delete(o.obj)
+			out.ops++
+			if o.el == nil {
+				endRun()
+				if kt == nil {
+					kt = newTx()
+				}
+				switch o.verb {
+				case "add":
+					kt.Add(o.obj)
+				case "flush":
+					kt.Flush(o.obj)
+				case "delete":
+					kt.Delete(o.obj)
+				}
+				continue
 			}
+			flush()
+			if runLen == 0 || runVerb != o.verb || runSet != o.el.set || runLen >= maxBatch {
+				endRun()
+				out.text = append(out.text, o.verb...)
+				out.text = append(out.text, " element "...)
+				out.text = append(out.text, out.table...)
+				out.text = append(out.text, ' ')
+				out.text = append(out.text, o.el.set...)
+				out.text = append(out.text, " { "...)
+				runVerb, runSet = o.verb, o.el.set
+			} else {
+				out.text = append(out.text, ", "...)
+			}
+			out.text = append(out.text, o.el.key...)
+			if o.verb == "add" && o.el.val != "" {
+				out.text = append(out.text, " : "...)
+				out.text = append(out.text, o.el.val...)
+			}
+			runLen++
 		}
 	}
+	endRun()
+	flush()
 }
 
+// maxBatch bounds the elements of one batched command.
+const maxBatch = 2000
+
+// Tx is one transaction: the nft -f input, in order. It is a value; an
+// Interface runs it.
+type Tx struct {
+	// table is "ip kproxy" (the family and table every operation names).
+	table string
+	text  []byte
+	ops   int
+}
+
+// String returns the nft -f input.
+func (t *Tx) String() string { return string(t.text) }
+
+// Bytes returns the nft -f input (not to be modified).
+func (t *Tx) Bytes() []byte { return t.text }
+
+// NumOperations counts the operations (each element counts).
+func (t *Tx) NumOperations() int { return t.ops }
+
 func (t *tx) addChain(c chainDef) {
-	t.chains = append(t.chains, op{"add", &knftables.Chain{Name: c.name}})
+	t.chains = append(t.chains, op{verb: "add", obj: &knftables.Chain{Name: c.name}})
 	if t.full {
-		t.chains = append(t.chains, op{"flush", &knftables.Chain{Name: c.name}})
+		t.chains = append(t.chains, op{verb: "flush", obj: &knftables.Chain{Name: c.name}})
 	}
 	for _, r := range c.rules {
-		t.rules = append(t.rules, op{"add", &knftables.Rule{Chain: c.name, Rule: r}})
+		t.rules = append(t.rules, op{verb: "add", obj: &knftables.Rule{Chain: c.name, Rule: r}})
 	}
 	t.stats.WrittenChains++
 	t.stats.WrittenRules += len(c.rules)
 }
 
 func (t *tx) delChain(name string) {
-	t.delChains = append(t.delChains, op{"delete", &knftables.Chain{Name: name}})
+	t.delChains = append(t.delChains, op{verb: "delete", obj: &knftables.Chain{Name: name}})
 	t.stats.DeletedChains++
 }
 
-func elemObj(e elem) *knftables.Element {
-	if e.val == nil {
-		return &knftables.Element{Set: e.set, Key: e.key}
-	}
-	return &knftables.Element{Map: e.set, Key: e.key, Value: e.val}
-}
-
 func (t *tx) addElem(e elem) {
-	t.addElems = append(t.addElems, op{"add", elemObj(e)})
+	t.addElems = append(t.addElems, op{verb: "add", el: &e})
 	t.stats.AddedElements++
 }
 
 func (t *tx) delElem(e elem) {
-	o := elemObj(e)
-	o.Value = nil
-	t.delElems = append(t.delElems, op{"delete", o})
+	t.delElems = append(t.delElems, op{verb: "delete", el: &e})
 	t.stats.DeletedElements++
 }
 
 func (t *tx) addSet(s setDef) {
-	t.chains = append(t.chains, op{"add", &knftables.Set{Name: s.name, Type: s.typ, Flags: setFlags(s.flags),
+	t.chains = append(t.chains, op{verb: "add", obj: &knftables.Set{Name: s.name, Type: s.typ, Flags: setFlags(s.flags),
 		Timeout: knftables.PtrTo(time.Duration(s.timeout) * time.Second)}})
 }
 
@@ -347,7 +408,7 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 		}
 		for _, s := range in.Existing.Sets {
 			if !rd.wantSet(r, next, s) {
-				t.delSets = append(t.delSets, op{"delete", &knftables.Set{Name: s}})
+				t.delSets = append(t.delSets, op{verb: "delete", obj: &knftables.Set{Name: s}})
 			}
 		}
 	}
@@ -363,8 +424,8 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	plan.Stats.Chains = next.chains
 	plan.Stats.Rules = next.rules
 	plan.RouteLocalnet = in.Node.Localhost
-	plan.Tx = rd.newTx()
-	t.write(plan.Tx)
+	plan.Tx = rd.tx()
+	t.write(plan.Tx, rd.newTx)
 	proxy.SortUnsupported(plan.Problems)
 	return plan, next
 }
@@ -382,34 +443,54 @@ func (rd *Renderer) canary(r *renderer, t *tx) {
 // Canary returns a transaction that only deletes and adds the canary
 // elements again: it fails when the table or its dispatch maps lost them
 // (a sync with nothing to write runs it to check).
-func (rd *Renderer) Canary() *knftables.Transaction {
+func (rd *Renderer) Canary() *Tx {
 	t := &tx{}
 	rd.canary(newRenderer(rd.cfg, false), t)
-	out := rd.newTx()
-	t.write(out)
+	out := rd.tx()
+	t.write(out, rd.newTx)
 	return out
+}
+
+// TextTx returns a transaction of nft -f text written by hand (tests,
+// tools): one command per line.
+func TextTx(family knftables.Family, text string) *Tx {
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	return &Tx{table: string(family) + " " + TableName, text: []byte(text), ops: strings.Count(text, "\n")}
+}
+
+// DeleteTable returns a transaction that deletes kproxy's table of family
+// whether it exists or not.
+func DeleteTable(family knftables.Family) *Tx {
+	t := string(family) + " " + TableName
+	return &Tx{table: t, text: []byte("add table " + t + "\ndelete table " + t + "\n"), ops: 2}
+}
+
+func (rd *Renderer) tx() *Tx {
+	return &Tx{table: string(Family(rd.cfg.Family)) + " " + TableName}
 }
 
 // writeFixed starts a full transaction: the table, its fixed sets and maps
 // (flushed), every chain it holds flushed, and the fixed chains.
 func (rd *Renderer) writeFixed(r *renderer, t *tx, in Input, next *Applied) {
-	t.head = append(t.head, op{"add", &knftables.Table{Comment: knftables.PtrTo("kproxy: Service proxy rules")}})
+	t.head = append(t.head, op{verb: "add", obj: &knftables.Table{Comment: knftables.PtrTo("kproxy: Service proxy rules")}})
 	for _, s := range r.fixedSets() {
 		obj := s.object()
 		if set, ok := obj.(*knftables.Set); ok && s.name == SetPodCIDRs {
 			set.AutoMerge = knftables.PtrTo(true)
 		}
-		t.head = append(t.head, op{"add", obj}, op{"flush", s.flush()})
+		t.head = append(t.head, op{verb: "add", obj: obj}, op{verb: "flush", obj: s.flush()})
 	}
 	if in.Existing != nil {
 		for _, c := range in.Existing.Chains {
-			t.head = append(t.head, op{"flush", &knftables.Chain{Name: c}})
+			t.head = append(t.head, op{verb: "flush", obj: &knftables.Chain{Name: c}})
 		}
 	}
 	for _, c := range r.fixedChains(in.Node) {
-		t.chains = append(t.chains, op{"add", c.object()}, op{"flush", &knftables.Chain{Name: c.name}})
+		t.chains = append(t.chains, op{verb: "add", obj: c.object()}, op{verb: "flush", obj: &knftables.Chain{Name: c.name}})
 		for _, rule := range c.rules {
-			t.rules = append(t.rules, op{"add", &knftables.Rule{Chain: c.name, Rule: rule}})
+			t.rules = append(t.rules, op{verb: "add", obj: &knftables.Rule{Chain: c.name, Rule: rule}})
 		}
 		t.stats.WrittenChains++
 		t.stats.WrittenRules += len(c.rules)
@@ -568,9 +649,7 @@ func resolveOwn(out, old *portOut, pk string, gen uint64) uint64 {
 		names[c.role] = c.name
 	}
 	for i := range out.elems {
-		for j := range out.elems[i].val {
-			out.elems[i].val[j] = subst(out.elems[i].val[j])
-		}
+		out.elems[i].val = subst(out.elems[i].val)
 	}
 	return gen
 }
@@ -617,24 +696,30 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 		a.defs[c.name] = c
 	}
 	// Elements.
-	oldElems := make(map[string]elem, len(oldOut.elems))
-	for _, e := range oldOut.elems {
-		oldElems[e.id()] = e
-	}
-	newElems := make(map[string]bool, len(out.elems))
-	for _, e := range out.elems {
-		newElems[e.id()] = true
-		if o, ok := oldElems[e.id()]; ok {
-			if o.sameValue(e) {
-				continue
-			}
-			t.delElem(o)
+	if len(oldOut.elems) == 0 {
+		for _, e := range out.elems {
+			t.addElem(e)
 		}
-		t.addElem(e)
-	}
-	for _, e := range oldOut.elems {
-		if !newElems[e.id()] {
-			t.delElem(e)
+	} else {
+		oldElems := make(map[elemID]elem, len(oldOut.elems))
+		for _, e := range oldOut.elems {
+			oldElems[e.id()] = e
+		}
+		newElems := make(map[elemID]bool, len(out.elems))
+		for _, e := range out.elems {
+			newElems[e.id()] = true
+			if o, ok := oldElems[e.id()]; ok {
+				if o.val == e.val {
+					continue
+				}
+				t.delElem(o)
+			}
+			t.addElem(e)
+		}
+		for _, e := range oldOut.elems {
+			if !newElems[e.id()] {
+				t.delElem(e)
+			}
 		}
 	}
 	// Hairpin addresses: a set shared by every port, counted and written
@@ -667,7 +752,7 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 	}
 	for _, s := range oldOut.sets {
 		if !newSets[s.name] {
-			t.delSets = append(t.delSets, op{"delete", &knftables.Set{Name: s.name}})
+			t.delSets = append(t.delSets, op{verb: "delete", obj: &knftables.Set{Name: s.name}})
 		}
 	}
 	if len(out.problems) > 0 {
@@ -723,5 +808,6 @@ func (rd *Renderer) finish(t *tx, last, next *Applied, full bool) {
 }
 
 func hairpinElem(h netip.Addr) elem {
-	return elem{set: SetHairpin, key: []string{h.String(), h.String()}}
+	a := h.String()
+	return elem{set: SetHairpin, key: a + " . " + a}
 }

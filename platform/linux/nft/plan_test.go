@@ -28,7 +28,7 @@ var testNode = Node{PodSources: true, PodCIDRs: []netip.Prefix{netip.MustParsePr
 
 func mustRenderer(t testing.TB, cfg rules.Config) *Renderer {
 	t.Helper()
-	r, err := NewRenderer(cfg, nil)
+	r, err := NewRenderer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

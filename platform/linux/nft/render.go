@@ -13,18 +13,19 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
-// elem is one element of a set or map.
+// elem is one element of a set or map, as nft writes it: the key's and the
+// value's parts joined by " . " ("10.96.0.1 . 80 . 0", "10.244.1.5 . 8080").
 type elem struct {
 	set string
-	key []string
-	val []string // nil for a set
+	key string
+	val string // "" for a set
 }
 
-// id identifies the element's key in its set: two elements with one id
+// elemID identifies an element's key in its set: two elements with one id
 // cannot both exist.
-func (e elem) id() string { return e.set + " " + strings.Join(e.key, " . ") }
+type elemID struct{ set, key string }
 
-func (e elem) sameValue(o elem) bool { return slices.Equal(e.val, o.val) }
+func (e elem) id() elemID { return elemID{e.set, e.key} }
 
 // chainDef is a chain and its rules.
 type chainDef struct {
@@ -153,31 +154,36 @@ func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
 		np := fe.Kind == intent.NodePort
 		// key is the frontend's dispatch key, slotKey its key in the
 		// endpoint maps (which are per protocol).
-		var key, slotKey []string
+		var key, slotKey string
 		var m string
+		port := strconv.Itoa(int(fe.Port))
 		if np {
-			m, key = MapNodePorts, []string{proto, strconv.Itoa(int(fe.Port))}
-			slotKey = key[1:]
+			m, key = MapNodePorts, proto+" . "+port
+			slotKey = port
 		} else {
-			m, key = MapFrontends, []string{fe.Addr.String(), proto, strconv.Itoa(int(fe.Port))}
-			slotKey = []string{key[0], key[2]}
+			addr := fe.Addr.String()
+			m, key = MapFrontends, addr+" . "+proto+" . "+port
+			slotKey = addr + " . " + port
 		}
-		fk := feKey(m + " " + strings.Join(key, " . "))
+		fk := feKey(m + " " + key)
 		if !owned(fk) {
 			out.problems = append(out.problems, proxy.Unsupported{Service: p.Name.NamespacedName, Port: p.Name.Port, Family: p.Family,
 				Reason:  "FrontendConflict",
 				Message: fmt.Sprintf("service port %s: %s is another Service's frontend too; that Service's rules are programmed for it", p.Name, fe)})
 			continue
 		}
-		// The endpoint slots each DNAT route of the frontend reads.
+		// The endpoint slots each DNAT route of the frontend reads (once
+		// per set: several source classes may share one).
 		targets := [3]string{}
+		var slotted [2]bool
 		for si, rt := range fe.Routes {
 			switch rt.Verdict {
 			case intent.DNAT:
 				sel := selectFor(rt.Set, np)
 				targets[si] = sel.target
-				if !sel.own {
-					out.elems = append(out.elems, r.slots(p, rt.Set, np, slotKey)...)
+				if !sel.own && !slotted[rt.Set] {
+					slotted[rt.Set] = true
+					out.elems = r.slots(out.elems, p, rt.Set, np, slotKey)
 				}
 			case intent.Reject:
 				targets[si] = "goto " + ChainReject
@@ -198,7 +204,7 @@ func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
 			out.addOwn(fw)
 			verdict = "goto " + fw.chainRef()
 		}
-		out.elems = append(out.elems, elem{set: m, key: key, val: []string{verdict}})
+		out.elems = append(out.elems, elem{set: m, key: key, val: verdict})
 	}
 	for _, sel := range sels {
 		if sel.shared != nil {
@@ -206,8 +212,6 @@ func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
 		}
 	}
 	out.hairpin = p.Hairpin()
-	// Dedupe the slots two frontend routes may both have asked for.
-	out.elems = dedupeElems(out.elems)
 	slices.SortFunc(out.shared, func(a, b chainDef) int { return strings.Compare(a.name, b.name) })
 	out.shared = slices.CompactFunc(out.shared, func(a, b chainDef) bool { return a.name == b.name })
 	return out
@@ -231,18 +235,6 @@ func b2i(b bool) int {
 	return 0
 }
 
-func dedupeElems(es []elem) []elem {
-	seen := make(map[string]bool, len(es))
-	out := es[:0]
-	for _, e := range es {
-		if id := e.id(); !seen[id] {
-			seen[id] = true
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // slotMap names the endpoint map of a set, frontend kind and protocol
 // ("cluster-ip-tcp", "local-np-udp"). The maps are per protocol because
 // their keys read the protocol's header ("tcp dport"): nft 1.0.6 cannot
@@ -261,27 +253,27 @@ func hashed(p *intent.Port, s intent.Set) bool {
 	return p.Algorithm == proxy.AlgorithmSourceHash && n > 0 && n <= proxy.MaxSourceHashEndpoints
 }
 
-// slots returns the endpoint map elements of one frontend key for set s:
+// slots appends the endpoint map elements of one frontend key for set s:
 // slot i → endpoint, N slots for random (numgen mod N), the
 // proxy.SourceHashSlots of the consistent table for source hash.
-func (r *renderer) slots(p *intent.Port, s intent.Set, np bool, key []string) []elem {
+func (r *renderer) slots(out []elem, p *intent.Port, s intent.Set, np bool, key string) []elem {
 	eps := p.Endpoints(s)
 	m := slotMap(s, np, protoName(p.Protocol))
-	val := func(ep proxy.Endpoint) []string { return []string{ep.IP.String(), strconv.Itoa(int(ep.Port))} }
-	mk := func(slot int, ep proxy.Endpoint) elem {
-		k := make([]string, 0, len(key)+1)
-		k = append(append(k, key...), strconv.Itoa(slot))
-		return elem{set: m, key: k, val: val(ep)}
+	vals := make([]string, len(eps))
+	for i, ep := range eps {
+		vals[i] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
 	}
-	var out []elem
+	mk := func(slot int, e int) elem {
+		return elem{set: m, key: key + " . " + strconv.Itoa(slot), val: vals[e]}
+	}
 	if hashed(p, s) {
 		for slot, e := range proxy.SourceHashTable(eps) {
-			out = append(out, mk(slot, eps[e]))
+			out = append(out, mk(slot, e))
 		}
 		return out
 	}
-	for i, ep := range eps {
-		out = append(out, mk(i, ep))
+	for i := range eps {
+		out = append(out, mk(i, i))
 	}
 	return out
 }
