@@ -37,6 +37,11 @@ type Proxy struct {
 	Config proxytest.Config
 	// Extra flags appended to every run.
 	Extra []string
+	// Wrapper, when set, is the command line that runs the binary (it is
+	// followed by the binary and its arguments), e.g. setpriv to bound the
+	// capabilities. It must exec the binary, so that the process the
+	// harness started is kproxy.
+	Wrapper []string
 
 	proc *netns.Process
 	runs int
@@ -97,7 +102,8 @@ func (p *Proxy) Start() error {
 	if p.LogDir != "" {
 		log = filepath.Join(p.LogDir, fmt.Sprintf("kproxy-%d.log", p.runs))
 	}
-	proc, err := p.Cluster.Start(p.host(), fmt.Sprintf("kproxy#%d", p.runs), log, append([]string{p.Binary}, p.Argv()...)...)
+	argv := append(append(append([]string{}, p.Wrapper...), p.Binary), p.Argv()...)
+	proc, err := p.Cluster.Start(p.host(), fmt.Sprintf("kproxy#%d", p.runs), log, argv...)
 	if err != nil {
 		return err
 	}

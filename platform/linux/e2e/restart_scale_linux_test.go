@@ -180,19 +180,30 @@ func TestRestartAtScale(t *testing.T) {
 func waitRestoreChild(pid int, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, c := range strings.Fields(string(b)) {
-				comm, _ := os.ReadFile("/proc/" + c + "/cmdline") // comm is cut at 15 bytes
-				if strings.Contains(string(comm), "restore") {
-					return true
-				}
-			}
+		if childRunning(pid, "restore") > 0 {
+			return true
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	return false
+}
+
+// childRunning returns the pid of a child of process pid whose command line
+// contains substr, or 0.
+func childRunning(pid int, substr string) int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			cmdline, _ := os.ReadFile("/proc/" + c + "/cmdline") // comm is cut at 15 bytes
+			if strings.Contains(string(cmdline), substr) {
+				if n, err := strconv.Atoi(c); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // diff lists up to max elements of a not in b.
