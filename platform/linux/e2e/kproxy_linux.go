@@ -122,12 +122,24 @@ func (p *Proxy) Stop(grace time.Duration) error {
 	return p.proc.Stop(grace)
 }
 
-// Kill ends the current run with SIGKILL.
+// Kill ends the current run with SIGKILL to kproxy alone (as the OOM
+// killer does): a child it started, an iptables-restore, survives it.
 func (p *Proxy) Kill() error {
 	if p.proc == nil {
 		return nil
 	}
 	return p.proc.Kill()
+}
+
+// KillGroup ends the current run with SIGKILL to its process group (kproxy
+// and its iptables-restore or conntrack children), as a container
+// runtime's kill of the kproxy container does, and waits until none of
+// them is left.
+func (p *Proxy) KillGroup() error {
+	if p.proc == nil {
+		return nil
+	}
+	return p.proc.KillGroup()
 }
 
 // Running reports whether a run is in progress.
