@@ -350,7 +350,10 @@ var nodeWait = struct{ node, podCIDRs, poll time.Duration }{30 * time.Second, 5 
 // that a restarting kproxy does not replace the rules of the previous run
 // with a plan made without the node's facts (NodePort addresses, node IPs
 // in source ranges). Without the Node after the first bound, kproxy goes on
-// (the Node may be unreadable) and says so. With NodeCIDR detection, the
+// (the Node may be unreadable) and says so; the Linux backend then keeps
+// the NodePort address the kernel's rules already use where the plan needs
+// the Node's primary address (platform/linux/nodeunknown.go). With NodeCIDR
+// detection, the
 // pod CIDRs decide what is masqueraded: without them after the second
 // bound kproxy stops with an error (the DaemonSet retries), and the rules
 // of the previous run stay in place meanwhile.

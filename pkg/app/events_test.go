@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sort"
@@ -167,3 +168,99 @@ func TestEventsThroughAPIServer(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSafetyWarningEventsThroughAPIServer: the Warning Events of issue 11's
+// safety work reach the API server as events.k8s.io/v1 Events on the right
+// Service (kind, namespace, name, UID): FrontendConflict on a Service whose
+// externalIP is another Service's ClusterIP (found by the cache),
+// Quarantined on a Service whose port the backend left out, and
+// EndpointSliceRejected on a Service one of whose slices got an update the
+// cache rejected (the last valid version stays in use).
+func TestSafetyWarningEventsThroughAPIServer(t *testing.T) {
+	ready := true
+	termSlice := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "term-1", Labels: map[string]string{discovery.LabelServiceName: "term"}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(v1.ProtocolTCP)}},
+		Endpoints:   []discovery.Endpoint{{Addresses: []string{"10.244.1.60"}, NodeName: ptr("node1"), Conditions: discovery.EndpointConditions{Ready: &ready}}},
+	}
+	client := fake.NewClientset(
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", UID: "node-uid"},
+			Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.50.11"}}}},
+		&v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "term", UID: "term-uid"},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: "10.96.0.60", ClusterIPs: []string{"10.96.0.60"},
+				Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
+		},
+		// evil sorts first and claims term's ClusterIP as an externalIP.
+		&v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "aaa", Name: "evil", UID: "evil-uid"},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: "10.96.0.61", ClusterIPs: []string{"10.96.0.61"},
+				ExternalIPs: []string{"10.96.0.60"},
+				Ports:       []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
+		},
+		termSlice,
+	)
+	created := make(chan *eventsv1.Event, 100)
+	client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetResource().Group == eventsv1.GroupName {
+			created <- a.(k8stesting.CreateAction).GetObject().(*eventsv1.Event).DeepCopy()
+		}
+		return false, nil, nil
+	})
+	h := start(t, "", run{tweak: func(o *config.Options, d *Deps) {
+		o.Manifests = ""
+		d.Client = client
+	}})
+	h.waitSync("first sync", succeeded)
+
+	// The IPv4 backend leaves term's port out (as after a kernel rejection).
+	term := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "default", Name: "term"}, Port: "http", Protocol: v1.ProtocolTCP}
+	b := h.backends[v1.IPv4Protocol]
+	b.mu.Lock()
+	b.quarantine = []proxy.QuarantinedPort{{Name: term, Family: v1.IPv4Protocol, Reason: "iptables-restore: line 3 failed"}}
+	b.mu.Unlock()
+	// An update of term's slice that the cache rejects: its Service label
+	// removed.
+	bad := termSlice.DeepCopy()
+	bad.Labels = nil
+	bad.Endpoints[0].Addresses = []string{"10.244.1.61"}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), bad, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing changes (the last valid version stays): no new generation.
+
+	want := map[string]string{ // what each Event must say, by its key
+		"aaa Service/aaa/evil uid=evil-uid Warning FrontendConflict Sync":              "spec.externalIPs 10.96.0.60 is a Service's ClusterIP",
+		"default Node//node1 uid=node1 Normal Starting StartKproxy":                    "Starting kproxy.",
+		"default Service/default/term uid=term-uid Warning Quarantined Sync":           "default/term:http",
+		"default Service/default/term uid=term-uid Warning EndpointSliceRejected Sync": "EndpointSlice default/term-1",
+	}
+	got := map[string]string{}
+	deadline := time.After(testTimeout)
+	for len(got) < len(want) {
+		select {
+		case e := <-created:
+			key := fmt.Sprintf("%s %s/%s/%s uid=%s %s %s %s", e.Namespace, e.Regarding.Kind, e.Regarding.Namespace, e.Regarding.Name,
+				e.Regarding.UID, e.Type, e.Reason, e.Action)
+			if _, dup := got[key]; dup {
+				t.Errorf("event %s recorded twice", key)
+			}
+			got[key] = e.Note
+		case <-deadline:
+			t.Fatalf("events so far: %q, want %q", got, want)
+		}
+	}
+	for key, note := range want {
+		if g, ok := got[key]; !ok {
+			t.Errorf("no event %s; got %q", key, got)
+		} else if !strings.Contains(g, note) {
+			t.Errorf("event %s: note %q does not say %q", key, g, note)
+		}
+	}
+	// The rejected update did not take term's endpoint away.
+	snap := h.waitSync("a later (periodic) sync", succeeded).snap
+	if p := snap.IPv4.Ports[term]; p == nil || len(p.ClusterEndpoints) != 1 || p.ClusterEndpoints[0].IP.String() != "10.244.1.60" {
+		t.Errorf("term's endpoints after the rejected update: %+v", p)
+	}
+}

@@ -11,6 +11,7 @@
 package cache
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -41,7 +42,10 @@ type Options struct {
 	// some Service's ClusterIP. It is called again at each recomputation of
 	// the offending Service while the conflict lasts. It is also told, from
 	// OnService without the lock, about an unknown kproxy.io/load-balancing
-	// value (reason ReasonUnknownLoadBalancing; random is used).
+	// value (reason ReasonUnknownLoadBalancing; random is used), and, from
+	// OnEndpointSlice without the lock, about a slice update it rejected
+	// while an earlier valid version stays in use (reason
+	// ReasonEndpointSliceRejected).
 	Conflict func(svc types.NamespacedName, reason, message string)
 	// DefaultAlgorithm is the load-balancing algorithm of Services without
 	// the kproxy.io/load-balancing annotation ("" or random: random); the
@@ -52,6 +56,11 @@ type Options struct {
 // ReasonFrontendConflict is the reason of the warnings about frontends a
 // Service claims but may not have (see Options.Conflict).
 const ReasonFrontendConflict = "FrontendConflict"
+
+// ReasonEndpointSliceRejected is the reason of the warning about a Service
+// one of whose EndpointSlices got an update the cache rejected (see
+// OnEndpointSlice): the last valid version stays in use.
+const ReasonEndpointSliceRejected = "EndpointSliceRejected"
 
 // ReasonUnknownLoadBalancing is the reason of the warning about a Service
 // whose kproxy.io/load-balancing annotation names no known algorithm.
@@ -71,7 +80,12 @@ type Cache struct {
 	services map[types.NamespacedName]*svcInfo
 	// slices by Service, then by slice name.
 	slices map[types.NamespacedName]map[string]*sliceInfo
-	node   proxy.Node
+	// sliceHome tells, per EndpointSlice (namespace and name), the Service
+	// its filed version is under. The source's old object cannot tell: it
+	// is a stub of the last version handed over, which may be one the cache
+	// rejected (and so never filed).
+	sliceHome map[types.NamespacedName]types.NamespacedName
+	node      proxy.Node
 	// owners counts the Services whose ClusterIP each address is; claims
 	// lists, per address, the Services naming it as an externalIP or load
 	// balancer IP. Together they enforce frontend ownership: a ClusterIP
@@ -154,6 +168,7 @@ func New(opts Options) *Cache {
 		syncedCh:  make(chan struct{}),
 		services:  map[types.NamespacedName]*svcInfo{},
 		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
+		sliceHome: map[types.NamespacedName]types.NamespacedName{},
 		dirty:     map[types.NamespacedName]struct{}{},
 		fams:      [2]famState{{ports: map[proxy.ServicePortName]*proxy.ServicePort{}}, {ports: map[proxy.ServicePortName]*proxy.ServicePort{}}},
 		portNames: map[types.NamespacedName][]proxy.ServicePortName{},
@@ -222,30 +237,52 @@ func (c *Cache) OnService(old, cur *v1.Service) {
 // The new version is parsed before the lock is taken, and the old version is
 // replaced by the new one in the same critical section: a Snapshot never sees
 // the Service with the old version gone and the new one not yet filed.
+//
+// A version the cache rejects (a problem that leaves nothing usable: no or a
+// bad Service label, an unknown address type) does not replace the last
+// valid one: that stays filed, so the Service keeps those endpoints, and
+// the rejection is warned about (log line, and Options.Conflict with reason
+// ReasonEndpointSliceRejected) until a valid version or the deletion comes.
+// A version the proxy ignores without a problem (FQDN) does replace it.
 func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 	var info *sliceInfo
-	if cur != nil {
-		var problems []Problem
+	var problems []Problem
+	var key types.NamespacedName
+	switch {
+	case cur != nil:
 		info, problems = parseSlice(cur)
 		c.warn(problems)
+		key = types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+	case old != nil:
+		key = types.NamespacedName{Namespace: old.Namespace, Name: old.Name}
+	default:
+		return
 	}
 
 	c.mu.Lock()
+	home, filed := c.sliceHome[key]
+	if cur != nil && info == nil && len(problems) > 0 && filed {
+		c.mu.Unlock()
+		c.log.Info("Warning: keeping the last valid version of an EndpointSlice whose update was rejected",
+			"endpointSlice", key.String(), "service", home.String(), "problems", len(problems))
+		if c.conflict != nil {
+			c.conflict(home, ReasonEndpointSliceRejected, fmt.Sprintf(
+				"EndpointSlice %s: an update was rejected (%s: %s); its last valid version is still used",
+				key, problems[0].Field, problems[0].Reason))
+		}
+		return
+	}
 	touched := map[types.NamespacedName]struct{}{}
-	if old != nil {
-		// Forget the old version wherever it was filed (its Service label may have changed).
-		if svc := old.Labels[discovery.LabelServiceName]; svc != "" {
-			key := types.NamespacedName{Namespace: old.Namespace, Name: svc}
-			if m := c.slices[key]; m != nil {
-				if _, ok := m[old.Name]; ok {
-					delete(m, old.Name)
-					if len(m) == 0 {
-						delete(c.slices, key)
-					}
-					touched[key] = struct{}{}
-				}
+	if filed {
+		// Forget the filed version (its Service label may have changed).
+		if m := c.slices[home]; m != nil {
+			delete(m, key.Name)
+			if len(m) == 0 {
+				delete(c.slices, home)
 			}
 		}
+		delete(c.sliceHome, key)
+		touched[home] = struct{}{}
 	}
 	if info != nil {
 		m := c.slices[info.service]
@@ -254,6 +291,7 @@ func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 			c.slices[info.service] = m
 		}
 		m[info.name] = info
+		c.sliceHome[key] = info.service
 		touched[info.service] = struct{}{}
 		if !info.trigger.IsZero() {
 			c.open.addTrigger(info.fam, info.trigger)

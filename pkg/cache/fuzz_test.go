@@ -197,11 +197,12 @@ func FuzzCache(f *testing.F) {
 		c := New(Options{NodeName: thisNode, Logger: ptr(discardLogger())})
 		services := map[string]*v1.Service{}
 		slices := map[string]*discovery.EndpointSlice{}
+		handed := map[string]*discovery.EndpointSlice{}
 		if g.byte()%2 == 0 {
 			c.OnNode(nil, node(thisNode, map[string]string{v1.LabelTopologyZone: pickOf(g, "zone-a", "zone-b")}))
 		}
 		for step := 0; step < 40 && !g.done(); step++ {
-			switch g.byte() % 6 {
+			switch g.byte() % 7 {
 			case 0, 1:
 				s := g.service()
 				c.OnService(services[s.Name], s)
@@ -213,9 +214,22 @@ func FuzzCache(f *testing.F) {
 					delete(services, name)
 				}
 			case 3, 4:
+				// The source's old object is the last version handed
+				// over; the state from scratch has the last one the
+				// cache accepted (a rejected update keeps it).
 				es := g.slice()
-				c.OnEndpointSlice(slices[es.Name], es)
-				slices[es.Name] = es
+				c.OnEndpointSlice(handed[es.Name], es)
+				handed[es.Name] = es
+				if info, problems := parseSlice(es); info != nil || len(problems) == 0 {
+					slices[es.Name] = es
+				}
+			case 6:
+				name := pickOf(g, "s1", "s2", "s3", "s4")
+				if old := handed[name]; old != nil {
+					c.OnEndpointSlice(old, nil)
+					delete(handed, name)
+					delete(slices, name)
+				}
 			case 5:
 				snap, _ := c.Snapshot()
 				checkInvariants(t, snap)

@@ -107,6 +107,11 @@ type Backend struct {
 	// RunLeastConnection syncs again); lc the least-connection counts.
 	lastSnap *proxy.Snapshot
 	lc       leastConn
+	// keepingPrimary is set while the Node's addresses are unknown and
+	// NodePorts answer on the primary address only: keptPrimary is then
+	// the primary address the kernel's rules use (see planNode).
+	keepingPrimary bool
+	keptPrimary    []netip.Addr
 }
 
 var (
@@ -267,10 +272,11 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 // one atomic step). A take-over that fails never blocks kproxy's own rules:
 // the restore is retried without it and the take-over with a later full sync.
 func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool, exclude map[proxy.ServicePortName]bool) (*rules.Plan, error) {
-	in := rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude,
+	in := rules.Input{View: snap.Family(b.family), LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude,
 		Connections: b.lc.conns}
 	in.Changes.Full = full
 	var to *takeoverPlan
+	var natSave []byte
 	if full {
 		tables := []string{rules.TableNAT, rules.TableFilter}
 		takeOver := !b.tookOver && !b.opts.KeepUpstream
@@ -292,7 +298,9 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 		if takeOver {
 			to = planTakeovers(saves)
 		}
+		natSave = saves[rules.TableNAT]
 	}
+	in.Node = b.planNode(snap.Node, natSave)
 	plan, restore := b.plan(in, to)
 	if len(restore) > 0 {
 		err := b.opts.Iptables.Restore(ctx, restore)

@@ -39,6 +39,11 @@ type Proxy struct {
 	Extra []string
 	// Mode is --proxy-mode ("" is iptables).
 	Mode string
+	// Wrapper, when set, is the command line that runs the binary (it is
+	// followed by the binary and its arguments), e.g. setpriv to bound the
+	// capabilities. It must exec the binary, so that the process the
+	// harness started is kproxy.
+	Wrapper []string
 
 	proc *netns.Process
 	runs int
@@ -108,7 +113,8 @@ func (p *Proxy) Start() error {
 	if p.LogDir != "" {
 		log = filepath.Join(p.LogDir, fmt.Sprintf("kproxy-%d.log", p.runs))
 	}
-	proc, err := p.Cluster.Start(p.host(), fmt.Sprintf("kproxy#%d", p.runs), log, append([]string{p.Binary}, p.Argv()...)...)
+	argv := append(append(append([]string{}, p.Wrapper...), p.Binary), p.Argv()...)
+	proc, err := p.Cluster.Start(p.host(), fmt.Sprintf("kproxy#%d", p.runs), log, argv...)
 	if err != nil {
 		return err
 	}
@@ -127,12 +133,24 @@ func (p *Proxy) Stop(grace time.Duration) error {
 	return p.proc.Stop(grace)
 }
 
-// Kill ends the current run with SIGKILL.
+// Kill ends the current run with SIGKILL to kproxy alone (as the OOM
+// killer does): a child it started, an iptables-restore, survives it.
 func (p *Proxy) Kill() error {
 	if p.proc == nil {
 		return nil
 	}
 	return p.proc.Kill()
+}
+
+// KillGroup ends the current run with SIGKILL to its process group (kproxy
+// and its iptables-restore or conntrack children), as a container
+// runtime's kill of the kproxy container does, and waits until none of
+// them is left.
+func (p *Proxy) KillGroup() error {
+	if p.proc == nil {
+		return nil
+	}
+	return p.proc.KillGroup()
 }
 
 // Running reports whether a run is in progress.

@@ -45,12 +45,17 @@ func kproxyChains(s string) []string {
 }
 
 // TestRestartAtScale: N Services (KPROXY_RESTART_SERVICES, default 2,000)
-// with endpoint churn all along; kproxy is stopped with SIGTERM, with
-// SIGKILL, and with SIGKILL in the middle of its first full restore, and
-// started again each time, while a client opens new connections to a
-// ClusterIP (both families, from a pod) and a NodePort (from outside):
-// none may fail. Afterwards the kernel holds exactly the chains a full plan
-// of the final state has.
+// with endpoint churn all along; kproxy is stopped with SIGTERM, killed
+// with SIGKILL to its process group (kproxy and its children, as a
+// container runtime kills the kproxy container), killed that way in the
+// middle of its first restore after a restart (the iptables-restore child
+// dies too), and killed alone in the middle of that restore (as the OOM
+// killer does: the orphaned iptables-restore goes on), and started again
+// each time, while a client opens new connections to a ClusterIP (both
+// families, from a pod) and a NodePort (from outside): none may fail.
+// Afterwards the kernel holds exactly the chains a full plan of the final
+// state has, and exactly the rules a fresh kproxy programs on empty tables
+// (checkRulesLikeFresh).
 func TestRestartAtScale(t *testing.T) {
 	n := restartServices(t)
 	top := proxytest.Default()
@@ -93,7 +98,7 @@ func TestRestartAtScale(t *testing.T) {
 	e.readyWait = 5 * time.Minute
 	e.start()
 	t.Logf("%d Services: manifests written and first start programmed in %v", n, time.Since(begin).Round(time.Millisecond))
-	ctx := e.ctx(10 * time.Minute)
+	ctx := e.ctx(15 * time.Minute)
 
 	connecting := e.connectAllAlong(ctx, probed)
 	stop := make(chan struct{})
@@ -114,23 +119,39 @@ func TestRestartAtScale(t *testing.T) {
 		}
 	}()
 
-	for _, how := range []string{"SIGTERM", "SIGKILL", "SIGKILL during the first restore"} {
+	const (
+		term       = "SIGTERM"
+		killGroup  = "SIGKILL of the process group"
+		killRestor = "SIGKILL of the process group during the first restore"
+		killAlone  = "SIGKILL of kproxy alone during the first restore"
+	)
+	for _, how := range []string{term, killGroup, killRestor, killAlone} {
 		var err error
 		switch how {
-		case "SIGTERM":
+		case term:
 			err = e.p.Stop(30 * time.Second)
-		case "SIGKILL":
-			err = e.p.Kill()
+		case killGroup:
+			err = e.p.KillGroup()
 		default:
-			if err = e.p.Kill(); err != nil {
+			if err = e.p.KillGroup(); err != nil {
 				break
 			}
 			time.Sleep(time.Second)
-			if err = e.p.Start(); err == nil {
-				if !waitRestoreChild(e.p.Process().Pid(), 2*time.Minute) {
-					t.Errorf("%s: never saw kproxy run iptables-restore", how)
-				}
-				err = e.p.Kill()
+			if err = e.p.Start(); err != nil {
+				break
+			}
+			pid := e.p.Process().Pid()
+			if !waitRestoreChild(pid, 2*time.Minute) {
+				t.Errorf("%s: never saw kproxy run iptables-restore", how)
+			}
+			if how == killRestor {
+				err = e.p.KillGroup() // fails if any process of the group survives
+				break
+			}
+			child := childRunning(pid, "restore")
+			err = e.p.Kill()
+			if child > 0 {
+				t.Logf("%s: iptables-restore %d orphaned; still running after the kill: %v", how, child, processAlive(child))
 			}
 		}
 		if err != nil {
@@ -145,7 +166,7 @@ func TestRestartAtScale(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	count, failures := connecting()
-	t.Logf("%d Services: %d new connections during three restarts with churn, %d failed", n, count, len(failures))
+	t.Logf("%d Services: %d new connections during four restarts with churn, %d failed", n, count, len(failures))
 	for _, f := range failures {
 		t.Errorf("new connection failed: %s", f)
 	}
@@ -173,6 +194,18 @@ func TestRestartAtScale(t *testing.T) {
 	if strings.Contains(strings.Join(got, " "), "KPROXY-PROBE") {
 		t.Error("probe chains left in the kernel")
 	}
+	// And rule for rule: what a fresh kproxy programs for the same objects.
+	e.checkRulesLikeFresh(ctx)
+}
+
+// processAlive reports whether process pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
 }
 
 // waitRestoreChild waits until process pid has an iptables-restore child
@@ -180,19 +213,30 @@ func TestRestartAtScale(t *testing.T) {
 func waitRestoreChild(pid int, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, c := range strings.Fields(string(b)) {
-				comm, _ := os.ReadFile("/proc/" + c + "/cmdline") // comm is cut at 15 bytes
-				if strings.Contains(string(comm), "restore") {
-					return true
-				}
-			}
+		if childRunning(pid, "restore") > 0 {
+			return true
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	return false
+}
+
+// childRunning returns the pid of a child of process pid whose command line
+// contains substr, or 0.
+func childRunning(pid int, substr string) int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			cmdline, _ := os.ReadFile("/proc/" + c + "/cmdline") // comm is cut at 15 bytes
+			if strings.Contains(string(cmdline), substr) {
+				if n, err := strconv.Atoi(c); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // diff lists up to max elements of a not in b.

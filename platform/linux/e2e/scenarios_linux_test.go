@@ -243,9 +243,11 @@ func TestUDPConntrack(t *testing.T) {
 	wg.Wait()
 }
 
-// TestRestart: kproxy stopped (SIGTERM) or killed (SIGKILL) and started again
-// → established TCP connections survive and new connections succeed
-// throughout: the rules stay in place while kproxy is down.
+// TestRestart: kproxy stopped (SIGTERM) or killed (SIGKILL to its process
+// group, as a container runtime kills a container) and started again →
+// established TCP connections survive and new connections succeed
+// throughout: the rules stay in place while kproxy is down. Afterwards the
+// tables are exactly what a fresh kproxy programs.
 func TestRestart(t *testing.T) {
 	top := proxytest.Default()
 	svc := top.Service("restart", 104, proxytest.WithNodePort())
@@ -288,12 +290,12 @@ func TestRestart(t *testing.T) {
 	// New connections all along, from a pod and from outside (NodePort).
 	connecting := e.connectAllAlong(ctx, svc)
 
-	for _, how := range []string{"SIGTERM", "SIGKILL"} {
+	for _, how := range []string{"SIGTERM", "SIGKILL of the process group"} {
 		var err error
 		if how == "SIGTERM" {
 			err = e.p.Stop(10 * time.Second)
 		} else {
-			err = e.p.Kill()
+			err = e.p.KillGroup()
 		}
 		if err != nil {
 			t.Errorf("%s: %v", how, err)
@@ -309,6 +311,7 @@ func TestRestart(t *testing.T) {
 	for _, f := range failures {
 		t.Errorf("new connection failed: %s", f)
 	}
+	e.checkRulesLikeFresh(ctx)
 }
 
 // connectAllAlong opens a new connection every 50 ms, alternating families,

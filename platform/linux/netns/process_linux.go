@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,6 +105,68 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return nil
 }
 
+// SignalGroup sends sig to the process's whole process group: the process
+// and every child it started (the harness starts each process in a group
+// of its own). That is what a container runtime's kill does to a
+// container (every process of its cgroup), and what a process's children
+// do not survive.
+func (p *Process) SignalGroup(sig syscall.Signal) error {
+	if err := syscall.Kill(-p.Pid(), sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %s's process group %d: %w", p.Name, p.Pid(), err)
+	}
+	return nil
+}
+
+// KillGroup sends SIGKILL to the process group, waits for the process to
+// exit and for every other process of the group to be gone (bounded: it
+// fails naming the survivors after 10 s).
+func (p *Process) KillGroup() error {
+	if err := p.SignalGroup(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-p.done
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := GroupMembers(p.Pid())
+		if len(left) == 0 {
+			return signalled(p.err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's process group %d: processes %v still running 10 s after SIGKILL", p.Name, p.Pid(), left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// GroupMembers lists the live (not zombie) processes of process group pgid.
+func GroupMembers(pgid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Stop sends SIGTERM and waits up to grace for the exit, then SIGKILLs. It
 // returns the exit error unless the process ended because of our signal.
 func (p *Process) Stop(grace time.Duration) error {
@@ -175,6 +238,9 @@ func startProcess(sp *spawner, ns *NS, name, logPath string, argv ...string) (*P
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns.Name}, argv...)...)
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	// A child that outlives the process (killed alone) may hold the
+	// output pipe open: the exit is reported all the same.
+	p.cmd.WaitDelay = 5 * time.Second
 	if err := sp.start(p.cmd); err != nil {
 		if p.log != nil {
 			_ = p.log.Close()

@@ -1,0 +1,94 @@
+package linux
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/rules"
+)
+
+// Start-up without the Node object.
+//
+// The only part of the plan that needs the Node's addresses to be right is
+// where NodePorts answer when nodePortAddresses holds "primary": on the
+// node's primary address (the first of its family in the Node's status).
+// kproxy waits a bounded time for the Node (pkg/app) and then syncs
+// anyway; a plan made then would have no NodePort destination at all, and
+// a restarting kproxy would take the previous run's NodePorts away until
+// the Node is read. So, while the Node's addresses are unknown (no Node
+// object, or one without addresses), the backend plans with the primary
+// address the kernel's rules already use: the destinations of
+// KPROXY-SERVICES' jumps to KPROXY-NODEPORTS that no configured CIDR
+// explains, read at each full sync. Without such rules (a node's very
+// first start) NodePorts on the primary address wait for the Node: kproxy
+// never answers on addresses the operator did not choose. (Everything else
+// is right without the Node: the other NodePort modes use the local
+// addresses, and with detect-local mode NodeCIDR kproxy does not sync
+// before it has the Node's pod CIDRs.)
+
+// nodeUnknown reports whether the snapshot's node facts lack its addresses.
+func nodeUnknown(n proxy.Node) bool { return !n.Known || len(n.Addresses) == 0 }
+
+// planNode returns the node facts to plan with (see above). natSave is
+// iptables-save of the nat table on a full sync, nil on a partial one (the
+// addresses read at the last full sync are used). Called with b.mu held.
+func (b *Backend) planNode(n proxy.Node, natSave []byte) proxy.Node {
+	if !b.opts.Rules.NodePortPrimary || !nodeUnknown(n) {
+		if b.keepingPrimary {
+			klog.InfoS("The Node's addresses are known: NodePorts follow its primary address", "family", b.family, "node", n.Name)
+		}
+		b.keepingPrimary, b.keptPrimary = false, nil
+		return n
+	}
+	if natSave != nil {
+		kept := primaryInRules(natSave, b.family, b.opts.Rules.NodePortAddresses)
+		if !b.keepingPrimary || !slices.Equal(kept, b.keptPrimary) {
+			if len(kept) > 0 {
+				klog.InfoS("The Node's addresses are unknown: NodePorts stay on the primary address the rules already use (nodePortAddresses primary)",
+					"family", b.family, "node", n.Name, "addresses", kept)
+			} else {
+				klog.InfoS("The Node's addresses are unknown: NodePorts on the node's primary address wait for the Node object (nodePortAddresses primary)",
+					"family", b.family, "node", n.Name)
+			}
+		}
+		b.keepingPrimary, b.keptPrimary = true, kept
+	}
+	if len(b.keptPrimary) == 0 {
+		return n
+	}
+	out := n
+	out.Addresses = b.keptPrimary
+	return out
+}
+
+// primaryInRules returns the NodePort destinations of family in a save of
+// the nat table (the "-d ADDR -j KPROXY-NODEPORTS" rules of
+// KPROXY-SERVICES) that none of the configured prefixes contains: the
+// node's primary address as the run that wrote them knew it.
+func primaryInRules(natSave []byte, family v1.IPFamily, prefixes []netip.Prefix) []netip.Addr {
+	head := "-A " + rules.ChainServices + " -d "
+	tail := " -j " + rules.ChainNodePorts
+	var out []netip.Addr
+	for _, l := range strings.Split(string(natSave), "\n") {
+		if !strings.HasPrefix(l, head) || !strings.HasSuffix(l, tail) {
+			continue
+		}
+		p, err := netip.ParsePrefix(strings.TrimSuffix(strings.TrimPrefix(l, head), tail))
+		if err != nil || !p.IsSingleIP() {
+			continue
+		}
+		a := p.Addr()
+		if a.Is4() != (family == v1.IPv4Protocol) || a.IsLoopback() ||
+			slices.ContainsFunc(prefixes, func(c netip.Prefix) bool { return c.Contains(a) }) {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
