@@ -70,3 +70,22 @@ func TestVersionAndBadFlags(t *testing.T) {
 		t.Errorf("invalid config: exit %d, stderr %q (want every bad field listed)", code, errs.String())
 	}
 }
+
+// TestRunMainSubcommands goes through runMain, the entry point main calls
+// (on Windows it also handles --windows-service): the subcommands must be
+// dispatched there, not parsed as flags of the proxy.
+func TestRunMainSubcommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	if code := runMain(ctx, []string{checkHNSCommand, "--fake=exact"}, &out, &errs); code != 0 {
+		t.Errorf("runMain check-hns --fake=exact: exit %d, stderr %q", code, errs.String())
+	}
+	out.Reset()
+	errs.Reset()
+	code := runMain(ctx, []string{"explain", "--manifests", filepath.Join("..", "..", "docs", "examples"),
+		"--hostname-override", "node1", "--to", "10.96.0.30:53/udp", "--from", "10.244.1.5"}, &out, &errs)
+	if code != 0 || !strings.Contains(out.String(), "frontend") {
+		t.Errorf("runMain explain: exit %d, stdout %q, stderr %q", code, out.String(), errs.String())
+	}
+}

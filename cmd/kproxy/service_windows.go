@@ -17,6 +17,9 @@ const serviceName = "kproxy"
 // --windows-service is given (for nodes that run kproxy as a Windows
 // service rather than as a HostProcess DaemonSet).
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if code, ok := runSubcommand(ctx, args, stdout, stderr); ok {
+		return code
+	}
 	o, code, done := parseArgs(args, stdout, stderr)
 	if done {
 		return code
