@@ -89,3 +89,24 @@ func TestRunMainSubcommands(t *testing.T) {
 		t.Errorf("runMain explain: exit %d, stdout %q, stderr %q", code, out.String(), errs.String())
 	}
 }
+
+// TestIPVSModeDefaultsToRoundRobin: as upstream's ipvs proxier, mode ipvs
+// without ipvs.scheduler is rr, which kproxy runs as round robin for the
+// Services without a kproxy.io/load-balancing annotation.
+func TestIPVSModeDefaultsToRoundRobin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	code := run(ctx, []string{"--manifests", filepath.Join("..", "..", "docs", "examples"), "--hostname-override", "node1",
+		"--proxy-mode", "ipvs", "--dry-run", "--dry-run-output", "state"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if n := strings.Count(out.String(), "algorithm: round-robin"); n == 0 || strings.Contains(out.String(), "algorithm: random") {
+		t.Errorf("%d round-robin ports, random ones: %v; want round robin for every port without the annotation:\n%s",
+			n, strings.Contains(out.String(), "algorithm: random"), out.String())
+	}
+	if !strings.Contains(out.String(), "algorithm: source-hash") {
+		t.Errorf("the source-hash annotation lost to the node-wide default")
+	}
+}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -185,6 +186,12 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 	setDefaults(c, o.goos)
 	for _, b := range explicit {
 		b.apply(c)
+	}
+	if o.ConfigFile == "" && c.Mode == ModeIPVS && o.setBy["ipvs.minSyncPeriod"] == "" {
+		// Upstream's flags start from one minSyncPeriod for every mode,
+		// iptables' default (1s); ipvs.minSyncPeriod has no default only in
+		// a config file.
+		c.IPVS.MinSyncPeriod = metav1.Duration{Duration: DefaultMinSyncPeriod}
 	}
 	if o.ConfigFile == "" && o.WriteConfigTo == "" {
 		// The deprecated --healthz-port and --metrics-port, as upstream: 0
@@ -348,10 +355,7 @@ func (o *Options) ModeWarning() string {
 	c := o.Config
 	switch c.Mode {
 	case ModeIPVS:
-		sched := strings.TrimSpace(c.IPVS.Scheduler)
-		if sched == "" {
-			sched = "rr"
-		}
+		sched := o.IPVSScheduler()
 		return fmt.Sprintf("mode ipvs: kproxy has no ipvs backend and runs its iptables backend instead (ipvs.syncPeriod and ipvs.minSyncPeriod apply; ipvs.scheduler %q is the node-wide load-balancing algorithm: rr, sh and lc map to round-robin, source-hash and least-connection, others to random)", sched)
 	case ModeNFTables:
 		return "mode nftables: kproxy's nftables backend is not built yet; running the iptables backend instead (nftables.syncPeriod, nftables.minSyncPeriod, nftables.masqueradeAll apply)"
