@@ -71,11 +71,11 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o *config.Options, code
 			return nil, 0, true
 		}
 		_, _ = fmt.Fprintf(stderr, "kproxy: %v\nRun 'kproxy --help' (or 'kube-proxy --help') for usage.\n", err)
-		return nil, 2, true
+		return nil, 1, true // as upstream: component-base's cli.Run exits 1 on any error
 	}
 	if fs.NArg() > 0 {
 		_, _ = fmt.Fprintf(stderr, "kproxy: takes no arguments, got %q\nRun 'kproxy --help' for usage.\n", fs.Args())
-		return nil, 2, true
+		return nil, 1, true
 	}
 	switch o.Version {
 	case "raw":

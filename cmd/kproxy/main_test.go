@@ -61,7 +61,7 @@ func TestVersionAndBadFlags(t *testing.T) {
 	}
 	out.Reset()
 	errs.Reset()
-	if code := run(context.Background(), []string{"--no-such-flag"}, &out, &errs); code != 2 {
+	if code := run(context.Background(), []string{"--no-such-flag"}, &out, &errs); code != 1 {
 		t.Errorf("unknown flag: exit %d", code)
 	}
 	errs.Reset()

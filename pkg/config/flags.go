@@ -84,7 +84,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	// Node identity and servers.
 	str("hostname-override", "hostnameOverride", "", "Name of this node's Node object. Default: the OS hostname, lowercased. Also applies when --config is given.",
-		func(c *kpc, v string) { c.HostnameOverride = strings.ToLower(strings.TrimSpace(v)) })
+		func(c *kpc, v string) {
+			if v != "" { // as upstream, an empty flag leaves the file's name
+				c.HostnameOverride = strings.ToLower(strings.TrimSpace(v))
+			}
+		})
 	o.bindings[len(o.bindings)-1].withConfig = true
 	str("show-hidden-metrics-for-version", "showHiddenMetricsForVersion", d.ShowHiddenMetricsForVersion, "The previous version for which to show hidden metrics. Accepted for compatibility and ignored (warned): kproxy hides no metrics.",
 		func(c *kpc, v string) { c.ShowHiddenMetricsForVersion = v })

@@ -241,6 +241,12 @@ func TestNodeName(t *testing.T) {
 		{name: "OS hostname, trimmed and lowercased", hostname: " MyHost.Local ", want: "myhost.local"},
 		{name: "explicitly empty flag falls back to the hostname", args: []string{"--hostname-override="}, hostname: "h", want: "h"},
 		{name: "hostname failure", hostErr: errors.New("uname failed"), wantErr: "uname failed"},
+		// As upstream: blank names are errors, an empty flag is no flag.
+		{name: "blank flag is an error", args: []string{"--hostname-override=  "}, hostname: "h", wantErr: "empty --hostname-override is invalid"},
+		{name: "blank flag is an error with --config too", args: []string{"--config", fileWithName, "--hostname-override= \t"}, wantErr: "empty --hostname-override is invalid"},
+		{name: "empty flag keeps the file's name", args: []string{"--config", fileWithName, "--hostname-override="}, want: "file-node"},
+		{name: "blank hostnameOverride in the file is an error", args: []string{"--config", writeConfig(t, "hostnameOverride: '  '\n")}, hostname: "h", wantErr: "hostnameOverride is only white space"},
+		{name: "blank OS hostname is an error", hostname: " \n", wantErr: "the OS hostname is only white space"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := testOptions("linux", nil)

@@ -26,6 +26,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -165,6 +166,12 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 		c, o.fileWarnings = loaded, warnings
 	}
 
+	if f := fs.Lookup("hostname-override"); f != nil && f.Changed && f.Value.String() != "" && strings.TrimSpace(f.Value.String()) == "" {
+		// Upstream's check: an empty flag is as good as none, a blank one
+		// is an error.
+		return errors.New("empty --hostname-override is invalid")
+	}
+
 	o.flagz = nil
 	fs.VisitAll(func(f *pflag.Flag) { o.flagz = append(o.flagz, fmt.Sprintf("%s=%s", f.Name, f.Value.String())) })
 	o.setBy = map[string]string{}
@@ -217,13 +224,18 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 		c.Winkernel.NetworkName = strings.TrimSpace(o.getenv(kubeNetworkEnv))
 	}
 
-	name := strings.TrimSpace(c.HostnameOverride)
+	// As upstream (component-helpers' GetHostname): a name that is only
+	// white space is an error, wherever it comes from.
+	name, from := c.HostnameOverride, "hostnameOverride"
 	if name == "" {
 		h, err := o.hostname()
 		if err != nil {
 			return fmt.Errorf("determining the node name (set --hostname-override): %w", err)
 		}
-		name = strings.TrimSpace(h)
+		name, from = h, "the OS hostname"
+	}
+	if name = strings.TrimSpace(name); name == "" {
+		return fmt.Errorf("empty node name is invalid (%s is only white space)", from)
 	}
 	o.NodeName = strings.ToLower(name)
 	o.Config = c
@@ -331,9 +343,6 @@ func (o *Options) Warnings() []string {
 	}
 	if c.WindowsRunAsService {
 		w = append(w, "windowsRunAsService in the config file is ignored, as upstream: use the --windows-service flag")
-	}
-	if c.Logging.Format != "" && c.Logging.Format != "text" && c.Logging.Format != "json" {
-		w = append(w, fmt.Sprintf("logging.format %q is not known: kproxy logs in klog's text format", c.Logging.Format))
 	}
 	if c.Logging.Options.Text.SplitStream || c.Logging.Options.JSON.SplitStream {
 		w = append(w, "logging split streams are ignored: kproxy writes one log stream (stderr)")
