@@ -92,7 +92,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.bindings[len(o.bindings)-1].withConfig = true
 	str("show-hidden-metrics-for-version", "showHiddenMetricsForVersion", d.ShowHiddenMetricsForVersion, "The previous version for which to show hidden metrics. Accepted for compatibility and ignored (warned): kproxy hides no metrics.",
 		func(c *kpc, v string) { c.ShowHiddenMetricsForVersion = v })
-	str("bind-address", "bindAddress", d.BindAddress, "This node's primary IP address, overriding the one from the Node object; 0.0.0.0 or :: only select the primary IP family. No socket is bound to it.",
+	str("bind-address", "bindAddress", d.BindAddress, "Overrides this node's primary IP of the address's family (otherwise the Node object's first address of that family); 0.0.0.0 and :: override nothing. An IPv6 value (:: included) makes the default health and metrics server addresses IPv6 ones. As upstream, no socket is bound to it.",
 		func(c *kpc, v string) { c.BindAddress = v })
 	str("healthz-bind-address", "healthzBindAddress", d.HealthzBindAddress, "IP:port for the health check server (port 10256 when only an IP is given). Empty disables it.",
 		func(c *kpc, v string) { c.HealthzBindAddress = v })

@@ -219,8 +219,8 @@ func (o *Options) MetricsBindAddress() (addr netip.AddrPort, ok bool) {
 func (o *Options) BindAddressHardFail() bool { return o.Config.BindAddressHardFail }
 
 // BindAddress returns bindAddress. A specific address overrides the node's
-// primary IP; an unspecified one (0.0.0.0 or ::) only hints the primary IP
-// family.
+// primary IP of its family; an unspecified one (0.0.0.0 or ::) overrides
+// nothing (setDefaults reads its family for the servers' default addresses).
 func (o *Options) BindAddress() netip.Addr {
 	a, err := netip.ParseAddr(o.Config.BindAddress)
 	if err != nil {
