@@ -119,6 +119,9 @@ type Deps struct {
 	// AfterSync, when set, is called after every sync with its snapshot and
 	// result, once metrics, health and health check node ports are updated.
 	AfterSync func(snap *proxy.Snapshot, err error)
+	// ConfigWatchInterval is how often the --config file is compared with
+	// the bytes it was loaded from (default configWatchInterval).
+	ConfigWatchInterval time.Duration
 }
 
 // Run runs kproxy until ctx is done. With o.Cleanup it removes what the mode
@@ -274,7 +277,12 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 	var configChanged <-chan error
 	if o.ConfigFile != "" {
-		if configChanged, err = watchConfigFile(ctx, o.ConfigFile, configWatchInterval); err != nil {
+		if d.ConfigWatchInterval <= 0 {
+			d.ConfigWatchInterval = configWatchInterval
+		}
+		// Compared with the bytes the configuration was decoded from, so
+		// that an edit made while kproxy was starting counts.
+		if configChanged, err = watchConfigFile(ctx, o.ConfigFile, o.ConfigData, d.ConfigWatchInterval); err != nil {
 			return err
 		}
 	}

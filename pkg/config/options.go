@@ -50,6 +50,10 @@ type Options struct {
 
 	// ConfigFile is --config.
 	ConfigFile string
+	// ConfigData is the content of ConfigFile as Complete read and decoded
+	// it: what the running configuration comes from, so that a change made
+	// while kproxy starts is a change too (see app's config watch).
+	ConfigData []byte
 	// Master is --master: the API server address, overriding the kubeconfig's.
 	Master string
 	// NodeName is this node's name: --hostname-override, else the config's
@@ -157,13 +161,13 @@ func (o *Options) defaults() *v1alpha1.KubeProxyConfiguration {
 // --iptables-min-sync-period=0) is kept rather than defaulted.
 func (o *Options) Complete(fs *pflag.FlagSet) error {
 	c := &v1alpha1.KubeProxyConfiguration{}
-	o.fileWarnings, o.ignoredFlags = nil, nil
+	o.fileWarnings, o.ignoredFlags, o.ConfigData = nil, nil, nil
 	if o.ConfigFile != "" {
-		loaded, warnings, err := LoadLenient(o.ConfigFile)
+		loaded, warnings, data, err := loadLenient(o.ConfigFile)
 		if err != nil {
 			return err
 		}
-		c, o.fileWarnings = loaded, warnings
+		c, o.fileWarnings, o.ConfigData = loaded, warnings, data
 	}
 
 	if f := fs.Lookup("hostname-override"); f != nil && f.Changed && f.Value.String() != "" && strings.TrimSpace(f.Value.String()) == "" {
