@@ -26,7 +26,10 @@ var ErrConfigChanged = errors.New("the configuration file changed: exiting to re
 // counts as a change only once it comes back different: a ConfigMap update
 // swaps a symlink, and a read in between may fail. It reads the file every
 // interval until ctx is done. Content, not modification times, is
-// compared, so a rewrite with the same bytes is no change.
+// compared, so a rewrite with the same bytes is no change; and new content
+// counts once two reads in a row return it, so that a read in the middle
+// of an in-place rewrite (truncated, then written) is not taken for a
+// change.
 func watchConfigFile(ctx context.Context, path string, loaded []byte, interval time.Duration) (<-chan error, error) {
 	initial := loaded
 	if initial == nil {
@@ -39,9 +42,9 @@ func watchConfigFile(ctx context.Context, path string, loaded []byte, interval t
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		d := changeDetector{initial: initial}
 		for {
-			now, err := os.ReadFile(path)
-			if err == nil && !bytes.Equal(now, initial) {
+			if d.changed(os.ReadFile(path)) {
 				ch <- fmt.Errorf("%s: %w", path, ErrConfigChanged)
 				return
 			}
@@ -53,4 +56,26 @@ func watchConfigFile(ctx context.Context, path string, loaded []byte, interval t
 		}
 	}()
 	return ch, nil
+}
+
+// changeDetector decides, one read of the file after the other, when its
+// content has changed from initial: when two reads in a row return the
+// same other content. A failed read changes nothing.
+type changeDetector struct {
+	initial []byte
+	seen    []byte // the other content the last read returned, if any
+}
+
+func (d *changeDetector) changed(now []byte, err error) bool {
+	switch {
+	case err != nil:
+		return false
+	case bytes.Equal(now, d.initial):
+		d.seen = nil
+		return false
+	case d.seen != nil && bytes.Equal(now, d.seen):
+		return true
+	}
+	d.seen = append([]byte{}, now...) // non-nil, even for an empty file
+	return false
 }

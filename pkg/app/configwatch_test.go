@@ -16,9 +16,15 @@ import (
 // reported (the watch interval is 1 ms).
 const noChangeWait = 50 * time.Millisecond
 
+// writeFile replaces path's content atomically (a rename), as editors and
+// the kubelet do.
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -59,6 +65,40 @@ func TestWatchConfigFile(t *testing.T) {
 	expectNoChange(t, ch, "the same content")
 	writeFile(t, path, "mode: nftables\n")
 	expectChange(t, ch, "new content")
+}
+
+// TestChangeDetector: new content counts once two reads in a row return
+// it, so that a read in the middle of an in-place rewrite (truncated, then
+// written) is no change; failed reads (a ConfigMap's ..data being swapped)
+// change nothing.
+func TestChangeDetector(t *testing.T) {
+	errRead := errors.New("no such file")
+	type read struct {
+		content string
+		err     error
+		want    bool
+	}
+	for _, tc := range []struct {
+		name  string
+		reads []read
+	}{
+		{"same content", []read{{"a", nil, false}, {"a", nil, false}}},
+		{"in-place rewrites with the same bytes", []read{{"", nil, false}, {"a", nil, false}, {"", nil, false}, {"a", nil, false}, {"a", nil, false}}},
+		{"new content, read twice", []read{{"b", nil, false}, {"b", nil, true}}},
+		{"new content written in place", []read{{"", nil, false}, {"b", nil, false}, {"b", nil, true}}},
+		{"an emptied file", []read{{"", nil, false}, {"", nil, true}}},
+		{"failed reads in between", []read{{"", errRead, false}, {"b", nil, false}, {"", errRead, false}, {"b", nil, true}}},
+		{"back to the initial content", []read{{"b", nil, false}, {"a", nil, false}, {"b", nil, false}, {"c", nil, false}, {"c", nil, true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := changeDetector{initial: []byte("a")}
+			for i, r := range tc.reads {
+				if got := d.changed([]byte(r.content), r.err); got != r.want {
+					t.Fatalf("read %d (%q, %v): changed %v, want %v", i, r.content, r.err, got, r.want)
+				}
+			}
+		})
+	}
 }
 
 // TestWatchConfigFileComparesWithLoadedBytes: the file is compared with the
