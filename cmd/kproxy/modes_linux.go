@@ -219,19 +219,25 @@ func tuneNode(log klog.Logger, o *config.Options) {
 // started afterwards with only NET_ADMIN and NET_RAW finds the sysctls
 // already at their values and writes nothing.
 func initNode(ctx context.Context, o *config.Options) error {
+	return initNodeWith(ctx, o, linux.SetOOMScoreAdj, linux.ProcHost())
+}
+
+// initNodeWith is initNode with the OOM score and the sysctls written
+// through setOOM and host.
+func initNodeWith(ctx context.Context, o *config.Options, setOOM func(int) error, host linux.Host) error {
 	var errs []error
-	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
+	if err := setOOM(int(o.OOMScoreAdj())); err != nil {
 		errs = append(errs, err)
 	}
 	s := conntrackSettings(o)
-	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+	if err := linux.TuneConntrack(host, s); err != nil {
 		errs = append(errs, err)
 	}
 	// The backend enables route_localnet for IPv4 localhost NodePorts; set
 	// it here so that an unprivileged kproxy finds it set (see
 	// iptablesConfig for the condition).
 	if o.LocalhostNodePorts() && o.NodePortAddresses().IncludesIPv4Loopback() {
-		if err := linux.ProcHost().SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		if err := host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			errs = append(errs, err)
 		}
 	}
