@@ -87,12 +87,15 @@ func TestLinuxImage(t *testing.T) {
 	}
 	for _, re := range []string{
 		// Both flavours' tools (the iptables package has iptables-legacy*
-		// and iptables-nft*), nft, and modprobe.
+		// and iptables-nft*), nft, ipset (--cleanup of kube-proxy's ipvs
+		// mode) and modprobe.
 		`^RUN .*apt-get install .*\biptables\b`,
 		`^RUN .*apt-get install .*\bnftables\b`,
+		`^RUN .*apt-get install .*\bipset\b`,
 		`^RUN .*apt-get install .*\bkmod\b`,
 		// ... checked while building, so a base image without them fails.
 		`iptables-legacy|\$t-\$f\$s`,
+		`command -v ipset\b`,
 		`^COPY --from=\S+ \S+ ` + regexp.QuoteMeta(cmd[0]) + `$`,
 		// kube-proxy's path, for DaemonSets that only swap the image.
 		`^RUN ln -s kproxy /usr/local/bin/kube-proxy$`,
