@@ -130,8 +130,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v time.Duration) { setSyncPeriod(c, false, true, v) })
 
 	// IPVS: kproxy runs its iptables backend for mode ipvs; these periods
-	// apply then, as upstream; the scheduler is kept for a later
-	// load-balancing choice and the rest is accepted and warned about.
+	// apply then, as upstream; the scheduler sets the node-wide
+	// load-balancing algorithm (see IPVSScheduler) and the rest is accepted
+	// and warned about.
 	dur("ipvs-sync-period", "ipvs.syncPeriod", d.IPVS.SyncPeriod.Duration, "In ipvs mode: longest time between two syncs of the proxy rules. Must be greater than 0.",
 		func(c *kpc, v time.Duration) { setSyncPeriod(c, true, false, v) })
 	dur("ipvs-min-sync-period", "ipvs.minSyncPeriod", d.IPVS.MinSyncPeriod.Duration, "In ipvs mode: shortest time between two syncs of the proxy rules; 0 syncs on every change.",
@@ -214,16 +215,12 @@ func setSyncPeriod(c *kpc, ipvs, minimum bool, v time.Duration) {
 // component-base registers them for upstream kube-proxy.
 var loggingFlagNames = []string{"logging-format", "log-flush-frequency", "log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"}
 
-// loggingFlagSet returns component-base's logging flags bound to l (the
-// JSON ones are added by hand: kproxy does not link the JSON format, and
-// component-base registers them only when it is linked).
+// loggingFlagSet returns component-base's logging flags bound to l, as
+// upstream registers them (the log-json-* ones come with the JSON format,
+// which this package links, as kube-proxy does).
 func loggingFlagSet(l *logsapi.LoggingConfiguration) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("logging", pflag.ContinueOnError)
 	logsapi.AddFlags(l, fs)
-	if fs.Lookup("log-json-split-stream") == nil {
-		fs.BoolVar(&l.Options.JSON.SplitStream, "log-json-split-stream", false, "[Alpha] In JSON format, write error messages to stderr and info messages to stdout. Accepted for compatibility; kproxy logs in text format.")
-		fs.Var(&l.Options.JSON.InfoBufferSize, "log-json-info-buffer-size", "[Alpha] In JSON format with split output streams, the info messages can be buffered. Accepted for compatibility; kproxy logs in text format.")
-	}
 	return fs
 }
 
