@@ -144,7 +144,8 @@ func cleanupOwn(ctx context.Context, o *config.Options) error {
 // and ipvs modes (both families, both iptables flavours), its nftables
 // tables "ip kube-proxy" and "ip6 kube-proxy", and for the ipvs mode its
 // KUBE-* ipsets (skipped, and said, when the ipset tool is missing) and its
-// dummy interface kube-ipvs0. IPVS virtual servers are not removed.
+// dummy interface kube-ipvs0. IPVS virtual servers are not removed (said in
+// the log when there are some).
 func cleanupUpstream(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	var errs []error
@@ -187,6 +188,13 @@ func cleanupUpstream(ctx context.Context) error {
 		errs = append(errs, err)
 	} else if deleted {
 		log.Info("Cleanup: deleted kube-proxy's interface", "interface", linux.UpstreamIPVSInterface)
+	}
+	// Unlike upstream's --cleanup, IPVS virtual servers are not flushed
+	// (docs/operations.md, "What is and is not compatible"): say so.
+	if n, err := linux.IPVSVirtualServers(); err != nil {
+		log.V(2).Info("Cleanup: could not read the IPVS table", "err", err)
+	} else if n > 0 {
+		log.Info("Warning: cleanup: IPVS virtual servers are left in place (upstream kube-proxy's --cleanup flushes them, kproxy's does not); remove them with 'ipvsadm --clear' once no other software on the node uses IPVS", "virtualServers", n)
 	}
 	return errors.Join(errs...)
 }
