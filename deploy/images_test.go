@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/kproxy/kproxy/pkg/config"
 )
@@ -87,12 +88,15 @@ func TestLinuxImage(t *testing.T) {
 	}
 	for _, re := range []string{
 		// Both flavours' tools (the iptables package has iptables-legacy*
-		// and iptables-nft*), nft, and modprobe.
+		// and iptables-nft*), nft, ipset (--cleanup of kube-proxy's ipvs
+		// mode) and modprobe.
 		`^RUN .*apt-get install .*\biptables\b`,
 		`^RUN .*apt-get install .*\bnftables\b`,
+		`^RUN .*apt-get install .*\bipset\b`,
 		`^RUN .*apt-get install .*\bkmod\b`,
 		// ... checked while building, so a base image without them fails.
 		`iptables-legacy|\$t-\$f\$s`,
+		`command -v ipset\b`,
 		`^COPY --from=\S+ \S+ ` + regexp.QuoteMeta(cmd[0]) + `$`,
 		// kube-proxy's path, for DaemonSets that only swap the image.
 		`^RUN ln -s kproxy /usr/local/bin/kube-proxy$`,
@@ -152,6 +156,155 @@ func TestWindowsImage(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\$env:([A-Z_]+)`).FindAllStringSubmatch(string(script), -1) {
 		if !optional[m[1]] && envValue(c, m[1]) == "" {
 			t.Errorf("start.ps1 reads $env:%s, which the DaemonSet does not set", m[1])
+		}
+	}
+}
+
+// sigWindowsKubeProxy has the shape of sig-windows-tools' kube-proxy
+// HostProcess DaemonSet (kube-system/kube-proxy-windows), as far as an
+// image swap depends on it: the container runs the image's
+// kube-proxy/start.ps1 under the sandbox mount point with no arguments,
+// sets NODE_NAME, POD_IP and KUBE_NETWORK, and mounts kubeadm's kube-proxy
+// ConfigMap (kubeconfig.conf, config.conf) at /var/lib/kube-proxy.
+const sigWindowsKubeProxy = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-proxy-windows
+  namespace: kube-system
+spec:
+  selector:
+    matchLabels:
+      k8s-app: kube-proxy-windows
+  template:
+    metadata:
+      labels:
+        k8s-app: kube-proxy-windows
+    spec:
+      serviceAccountName: kube-proxy
+      hostNetwork: true
+      securityContext:
+        windowsOptions:
+          hostProcess: true
+          runAsUserName: "NT AUTHORITY\\system"
+      containers:
+      - name: kube-proxy
+        image: sigwindowstools/kube-proxy:v1.37.2-flannel-hostprocess
+        args: ["$env:CONTAINER_SANDBOX_MOUNT_POINT/kube-proxy/start.ps1"]
+        workingDir: "$env:CONTAINER_SANDBOX_MOUNT_POINT/kube-proxy/"
+        env:
+        - name: NODE_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: spec.nodeName
+        - name: POD_IP
+          valueFrom:
+            fieldRef:
+              fieldPath: status.podIP
+        - name: KUBE_NETWORK
+          value: vxlan0
+        volumeMounts:
+        - name: kube-proxy
+          mountPath: /var/lib/kube-proxy
+      volumes:
+      - name: kube-proxy
+        configMap:
+          name: kube-proxy
+      nodeSelector:
+        kubernetes.io/os: windows
+`
+
+// TestWindowsImageSwap: a kube-proxy HostProcess DaemonSet with only its
+// image swapped for kproxy's runs kproxy: the script it names is in the
+// image (the shim kube-proxy/start.ps1), the shim runs kproxy/start.ps1
+// from the sandbox, passes only kproxy's flags, reads only environment
+// variables the DaemonSet sets or that are optional, defaults the
+// kubeconfig to where the DaemonSet mounts kubeadm's ConfigMap, and the
+// command line it builds is one kproxy accepts in kernelspace mode.
+func TestWindowsImageSwap(t *testing.T) {
+	objs, err := decodeAll([]byte(sigWindowsKubeProxy))
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("decoding the DaemonSet: %v (%d objects)", err, len(objs))
+	}
+	ds := objs[0].(*appsv1.DaemonSet)
+	c := &ds.Spec.Template.Spec.Containers[0]
+	const sandbox = "$env:CONTAINER_SANDBOX_MOUNT_POINT/"
+	script, ok := strings.CutPrefix(strings.Join(append(append([]string{}, c.Command...), c.Args...), " "), sandbox)
+	if !ok {
+		t.Fatalf("the DaemonSet runs %q, not a script under the sandbox mount point", c.Args)
+	}
+	d := readDockerfile(t, "windows/Dockerfile")
+	if !d.has(`^COPY deploy/windows/kube-proxy-start\.ps1 /` + regexp.QuoteMeta(script) + `$`) {
+		t.Errorf("windows/Dockerfile puts no shim at /%s, which kube-proxy DaemonSets run", script)
+	}
+
+	data, err := os.ReadFile("windows/kube-proxy-start.ps1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code []string // the script without its comments
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			code = append(code, l)
+		}
+	}
+	shim := strings.Join(code, "\n")
+	if !strings.Contains(shim, "$env:CONTAINER_SANDBOX_MOUNT_POINT 'kproxy/start.ps1'") || !strings.Contains(shim, "& $start @args") || !strings.Contains(shim, "& $start @kproxyArgs") {
+		t.Errorf("the shim does not run kproxy/start.ps1 from the sandbox with its arguments, or with the ones it builds")
+	}
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	config.NewOptions().AddFlags(fs)
+	flags := regexp.MustCompile(`["']--([a-z-]+)=`).FindAllStringSubmatch(shim, -1)
+	if len(flags) < 3 {
+		t.Fatalf("found %d flags in the shim, want at least --proxy-mode, --hostname-override, --kubeconfig", len(flags))
+	}
+	for _, m := range flags {
+		if fs.Lookup(m[1]) == nil {
+			t.Errorf("the shim passes --%s, which kproxy does not have", m[1])
+		}
+	}
+	optional := map[string]bool{"CONTAINER_SANDBOX_MOUNT_POINT": true, "KUBEPROXY_KUBECONFIG": true, "KUBEPROXY_V": true}
+	set := map[string]bool{}
+	for _, e := range c.Env {
+		set[e.Name] = true
+	}
+	for _, m := range regexp.MustCompile(`\$env:([A-Z_]+)`).FindAllStringSubmatch(shim, -1) {
+		if !optional[m[1]] && !set[m[1]] {
+			t.Errorf("the shim reads $env:%s, which the DaemonSet does not set", m[1])
+		}
+	}
+	const kubeconfig = "/var/lib/kube-proxy/kubeconfig.conf"
+	if !strings.Contains(shim, "'"+kubeconfig+"'") {
+		t.Errorf("the shim does not default the kubeconfig to %s", kubeconfig)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || m.MountPath+"/kubeconfig.conf" == kubeconfig
+	}
+	if !mounted {
+		t.Errorf("the DaemonSet mounts nothing at %s's directory", kubeconfig)
+	}
+
+	// The command line the shim builds for this DaemonSet, as kproxy reads
+	// it (--dry-run: kernelspace mode is valid off Windows only so).
+	args := []string{"--proxy-mode=kernelspace", "--hostname-override=winnode1", "--kubeconfig=" + kubeconfig, "--dry-run"}
+	o := config.NewOptions()
+	fs = pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Complete(fs); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.ProxyMode() != config.ModeKernelspace || o.NodeName != "winnode1" || o.ClientConnection().Kubeconfig != kubeconfig {
+		t.Errorf("mode %q node %q kubeconfig %q", o.ProxyMode(), o.NodeName, o.ClientConnection().Kubeconfig)
+	}
+	for _, want := range args[:2] {
+		if !strings.Contains(shim, strings.SplitN(want, "=", 2)[0]+"=") {
+			t.Errorf("the shim does not pass %s", want)
 		}
 	}
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
+// explainCommand is the subcommand that tells where a connection goes.
+const explainCommand = "explain"
+
 // explainFlags are the flags of `kproxy explain` on top of kproxy's own.
 type explainFlags struct {
 	to, from, node, output string

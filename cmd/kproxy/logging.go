@@ -7,9 +7,10 @@ import (
 // applyLogging switches the process's logger to the configured format.
 // The text format is klog's own (nothing to do); "json" is component-base's
 // JSON logger, as in kube-proxy (--logging-format=json, logging.format).
+// Validate has refused any other format, as upstream does.
 func applyLogging(c *logsapi.LoggingConfiguration) error {
 	if c.Format != "json" {
-		return nil // text, or a format kproxy does not know (warned): text
+		return nil // text (or unset)
 	}
 	logsapi.SetRecommendedLoggingConfiguration(c) // fills what is unset (flush frequency)
 	return logsapi.ValidateAndApply(c, nil)

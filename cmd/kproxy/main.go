@@ -33,17 +33,30 @@ func main() {
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == checkHNSCommand {
-		return runCheckHNS(ctx, args[1:], os.Getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "explain" {
-		return runExplain(ctx, args[1:], stdout, stderr)
+	if code, ok := runSubcommand(ctx, args, stdout, stderr); ok {
+		return code
 	}
 	o, code, done := parseArgs(args, stdout, stderr)
 	if done {
 		return code
 	}
 	return runOptions(ctx, o, stdout, stderr)
+}
+
+// runSubcommand runs the subcommand args[0] names (check-hns, explain) and
+// returns its exit code; ok is false when args name none (the proxy runs).
+// Every entry point calls it before parseArgs, which knows no subcommand.
+func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case checkHNSCommand:
+		return runCheckHNS(ctx, args[1:], os.Getenv, stdout, stderr), true
+	case explainCommand:
+		return runExplain(ctx, args[1:], stdout, stderr), true
+	}
+	return 0, false
 }
 
 // parseArgs parses and completes the options. done is set when the command
@@ -58,11 +71,11 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o *config.Options, code
 			return nil, 0, true
 		}
 		_, _ = fmt.Fprintf(stderr, "kproxy: %v\nRun 'kproxy --help' (or 'kube-proxy --help') for usage.\n", err)
-		return nil, 2, true
+		return nil, 1, true // as upstream: component-base's cli.Run exits 1 on any error
 	}
 	if fs.NArg() > 0 {
 		_, _ = fmt.Fprintf(stderr, "kproxy: takes no arguments, got %q\nRun 'kproxy --help' for usage.\n", fs.Args())
-		return nil, 2, true
+		return nil, 1, true
 	}
 	switch o.Version {
 	case "raw":

@@ -61,12 +61,52 @@ func TestVersionAndBadFlags(t *testing.T) {
 	}
 	out.Reset()
 	errs.Reset()
-	if code := run(context.Background(), []string{"--no-such-flag"}, &out, &errs); code != 2 {
+	if code := run(context.Background(), []string{"--no-such-flag"}, &out, &errs); code != 1 {
 		t.Errorf("unknown flag: exit %d", code)
 	}
 	errs.Reset()
 	code := run(context.Background(), []string{"--iptables-masquerade-bit", "40", "--cluster-cidr", "junk", "--dry-run", "--manifests", "."}, &out, &errs)
 	if code != 1 || !strings.Contains(errs.String(), "masqueradeBit") || !strings.Contains(errs.String(), "clusterCIDR") {
 		t.Errorf("invalid config: exit %d, stderr %q (want every bad field listed)", code, errs.String())
+	}
+}
+
+// TestRunMainSubcommands goes through runMain, the entry point main calls
+// (on Windows it also handles --windows-service): the subcommands must be
+// dispatched there, not parsed as flags of the proxy.
+func TestRunMainSubcommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	if code := runMain(ctx, []string{checkHNSCommand, "--fake=exact"}, &out, &errs); code != 0 {
+		t.Errorf("runMain check-hns --fake=exact: exit %d, stderr %q", code, errs.String())
+	}
+	out.Reset()
+	errs.Reset()
+	code := runMain(ctx, []string{"explain", "--manifests", filepath.Join("..", "..", "docs", "examples"),
+		"--hostname-override", "node1", "--to", "10.96.0.30:53/udp", "--from", "10.244.1.5"}, &out, &errs)
+	if code != 0 || !strings.Contains(out.String(), "frontend") {
+		t.Errorf("runMain explain: exit %d, stdout %q, stderr %q", code, out.String(), errs.String())
+	}
+}
+
+// TestIPVSModeDefaultsToRoundRobin: as upstream's ipvs proxier, mode ipvs
+// without ipvs.scheduler is rr, which kproxy runs as round robin for the
+// Services without a kproxy.io/load-balancing annotation.
+func TestIPVSModeDefaultsToRoundRobin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	code := run(ctx, []string{"--manifests", filepath.Join("..", "..", "docs", "examples"), "--hostname-override", "node1",
+		"--proxy-mode", "ipvs", "--dry-run", "--dry-run-output", "state"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if n := strings.Count(out.String(), "algorithm: round-robin"); n == 0 || strings.Contains(out.String(), "algorithm: random") {
+		t.Errorf("%d round-robin ports, random ones: %v; want round robin for every port without the annotation:\n%s",
+			n, strings.Contains(out.String(), "algorithm: random"), out.String())
+	}
+	if !strings.Contains(out.String(), "algorithm: source-hash") {
+		t.Errorf("the source-hash annotation lost to the node-wide default")
 	}
 }

@@ -248,7 +248,8 @@ func cleanupOwn(ctx context.Context, o *config.Options) error {
 // and ipvs modes (both families, both iptables flavours), its nftables
 // tables "ip kube-proxy" and "ip6 kube-proxy", and for the ipvs mode its
 // KUBE-* ipsets (skipped, and said, when the ipset tool is missing) and its
-// dummy interface kube-ipvs0. IPVS virtual servers are not removed.
+// dummy interface kube-ipvs0. IPVS virtual servers are not removed (said in
+// the log when there are some).
 func cleanupUpstream(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	var errs []error
@@ -292,6 +293,13 @@ func cleanupUpstream(ctx context.Context) error {
 	} else if deleted {
 		log.Info("Cleanup: deleted kube-proxy's interface", "interface", linux.UpstreamIPVSInterface)
 	}
+	// Unlike upstream's --cleanup, IPVS virtual servers are not flushed
+	// (docs/operations.md, "What is and is not compatible"): say so.
+	if n, err := linux.IPVSVirtualServers(); err != nil {
+		log.V(2).Info("Cleanup: could not read the IPVS table", "err", err)
+	} else if n > 0 {
+		log.Info("Warning: cleanup: IPVS virtual servers are left in place (upstream kube-proxy's --cleanup flushes them, kproxy's does not); remove them with 'ipvsadm --clear' once no other software on the node uses IPVS", "virtualServers", n)
+	}
 	return errors.Join(errs...)
 }
 
@@ -323,19 +331,25 @@ func tuneNode(log klog.Logger, o *config.Options) {
 // started afterwards with only NET_ADMIN and NET_RAW finds the sysctls
 // already at their values and writes nothing.
 func initNode(ctx context.Context, o *config.Options) error {
+	return initNodeWith(ctx, o, linux.SetOOMScoreAdj, linux.ProcHost())
+}
+
+// initNodeWith is initNode with the OOM score and the sysctls written
+// through setOOM and host.
+func initNodeWith(ctx context.Context, o *config.Options, setOOM func(int) error, host linux.Host) error {
 	var errs []error
-	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
+	if err := setOOM(int(o.OOMScoreAdj())); err != nil {
 		errs = append(errs, err)
 	}
 	s := conntrackSettings(o)
-	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
+	if err := linux.TuneConntrack(host, s); err != nil {
 		errs = append(errs, err)
 	}
 	// The backend enables route_localnet for IPv4 localhost NodePorts; set
 	// it here so that an unprivileged kproxy finds it set (see
 	// iptablesConfig for the condition).
 	if o.LocalhostNodePorts() && o.NodePortAddresses().IncludesIPv4Loopback() {
-		if err := linux.ProcHost().SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		if err := host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"golang.org/x/sys/windows/svc"
-	"k8s.io/klog/v2"
 )
 
 // serviceName is the name kproxy reports to the Service Control Manager
@@ -17,6 +16,9 @@ const serviceName = "kproxy"
 // --windows-service is given (for nodes that run kproxy as a Windows
 // service rather than as a HostProcess DaemonSet).
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if code, ok := runSubcommand(ctx, args, stdout, stderr); ok {
+		return code
+	}
 	o, code, done := parseArgs(args, stdout, stderr)
 	if done {
 		return code
@@ -39,31 +41,33 @@ type serviceHandler struct {
 	code   int
 }
 
-// Execute implements svc.Handler.
+// Execute implements svc.Handler with serviceLoop.
 func (h *serviceHandler) Execute(_ []string, requests <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
-	const accepted = svc.AcceptStop | svc.AcceptShutdown
-	ctx, cancel := context.WithCancel(h.parent)
-	defer cancel()
-	status <- svc.Status{State: svc.StartPending}
-	done := make(chan int, 1)
-	go func() { done <- h.run(ctx) }()
-	status <- svc.Status{State: svc.Running, Accepts: accepted}
-	for {
-		select {
-		case h.code = <-done:
-			status <- svc.Status{State: svc.StopPending}
-			return false, uint32(h.code)
-		case r := <-requests:
-			switch r.Cmd {
-			case svc.Interrogate:
-				status <- r.CurrentStatus
-			case svc.Stop, svc.Shutdown:
-				klog.Background().Info("Stopping: asked by the Windows Service Control Manager", "command", r.Cmd)
-				status <- svc.Status{State: svc.StopPending}
-				cancel()
-				h.code = <-done
-				return false, uint32(h.code)
-			}
-		}
+	h.code = serviceLoop(h.parent, h.run, requests, classifySCMRequest,
+		func(r svc.ChangeRequest) { status <- r.CurrentStatus },
+		func(s serviceState) { status <- scmStatus(s) })
+	return false, uint32(h.code)
+}
+
+// classifySCMRequest names an SCM request for serviceLoop.
+func classifySCMRequest(r svc.ChangeRequest) serviceCommand {
+	switch r.Cmd {
+	case svc.Interrogate:
+		return serviceInterrogate
+	case svc.Stop, svc.Shutdown:
+		return serviceStop
 	}
+	return serviceIgnored
+}
+
+// scmStatus is the SCM status of a serviceLoop state: only a running
+// kproxy accepts Stop and Shutdown.
+func scmStatus(s serviceState) svc.Status {
+	switch s {
+	case serviceRunning:
+		return svc.Status{State: svc.Running, Accepts: svc.AcceptStop | svc.AcceptShutdown}
+	case serviceStopPending:
+		return svc.Status{State: svc.StopPending}
+	}
+	return svc.Status{State: svc.StartPending}
 }

@@ -140,13 +140,25 @@ func TestEveryUpstreamFlagRuns(t *testing.T) {
 	}
 }
 
-// TestFlagErrorsAreExplained: a bad flag prints the error and a usage hint
-// and exits 2 (kproxy used to exit 2 printing nothing).
+// TestFlagErrorsAreExplained: a bad flag or a stray argument prints the
+// error and a usage hint and exits 1, as upstream's command does
+// (component-base's cli.Run returns 1 for any error, flag errors included).
+// A blank --hostname-override and an unknown --logging-format are errors
+// too, as upstream.
 func TestFlagErrorsAreExplained(t *testing.T) {
 	for _, args := range [][]string{{"--no-such-flag"}, {"--feature-gates=junk"}, {"--iptables-sync-period=soon"}, {"--version=maybe"}, {"stray-argument"}} {
 		code, _, errs := runQuiet(t, args...)
-		if code != 2 || !strings.Contains(errs, "kproxy: ") || !strings.Contains(errs, "for usage") {
-			t.Errorf("%q: exit %d, stderr %q; want 2, the error and a usage hint", args, code, errs)
+		if code != 1 || !strings.Contains(errs, "kproxy: ") || !strings.Contains(errs, "for usage") {
+			t.Errorf("%q: exit %d, stderr %q; want 1, the error and a usage hint", args, code, errs)
+		}
+	}
+	for _, tc := range []struct{ arg, says string }{
+		{"--hostname-override= ", "empty --hostname-override is invalid"},
+		{"--logging-format=xml", `logging.format: Unsupported value: "xml"`},
+	} {
+		code, _, errs := runQuiet(t, dryRunArgs(tc.arg)...)
+		if code != 1 || !strings.Contains(errs, tc.says) {
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", tc.arg, code, errs, tc.says)
 		}
 	}
 }

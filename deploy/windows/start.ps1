@@ -15,7 +15,8 @@
 # --config file is not where the DaemonSet says, it is read from the sandbox,
 # and copies of it and of its kubeconfig are written with every path they
 # name (the kubeconfig, the service account token and CA) resolved the same
-# way.
+# way; so is a --kubeconfig file given as a flag (kube-proxy/start.ps1, the
+# shim for kube-proxy DaemonSets, gives one).
 $ErrorActionPreference = 'Stop'
 
 $sandbox = "$env:CONTAINER_SANDBOX_MOUNT_POINT"
@@ -67,6 +68,14 @@ foreach ($arg in $args) {
             $resolved = Copy-WithResolvedPaths $resolved 'config.conf' @('kubeconfig') $override
         }
         $arg = "--config=$resolved"
+    } elseif ($arg -match '^--kubeconfig=(.+)$') {
+        $kubeconfig = $Matches[1]
+        $resolved = Resolve-MountPath $kubeconfig
+        if ($resolved -ne $kubeconfig) {
+            Write-Output "kproxy: containerd 1.6 volume paths under $sandbox"
+            $resolved = Copy-WithResolvedPaths $resolved 'kubeconfig.conf' @('certificate-authority', 'tokenFile') $null
+        }
+        $arg = "--kubeconfig=$resolved"
     }
     $kproxyArgs += $arg
 }

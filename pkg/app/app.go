@@ -115,6 +115,9 @@ type Deps struct {
 	// AfterSync, when set, is called after every sync with its snapshot and
 	// result, once metrics, health and health check node ports are updated.
 	AfterSync func(snap *proxy.Snapshot, err error)
+	// ConfigWatchInterval is how often the --config file is compared with
+	// the bytes it was loaded from (default configWatchInterval).
+	ConfigWatchInterval time.Duration
 }
 
 // Run runs kproxy until ctx is done. With o.Cleanup it removes what the mode
@@ -172,13 +175,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	// Frontend conflicts found by the cache become warnings (log + Event)
 	// once the reporter exists; until then (dry run) the cache's log says it.
 	var warn atomic.Pointer[reporter]
-	defAlg, known := SchedulerAlgorithm(o.IPVSScheduler())
-	if !known {
-		logger.Info("Warning: ipvs.scheduler has no kproxy equivalent; Services without the kproxy.io/load-balancing annotation are balanced at random",
-			"scheduler", o.IPVSScheduler())
-	} else if defAlg != "" {
-		logger.Info("Node-wide load-balancing algorithm from ipvs.scheduler", "scheduler", o.IPVSScheduler(), "algorithm", defAlg)
-	}
+	defAlg := defaultAlgorithm(logger, o)
 	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: q.notify, DefaultAlgorithm: defAlg,
 		Conflict: func(svc types.NamespacedName, reason, message string) {
 			if r := warn.Load(); r != nil {
@@ -194,7 +191,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 			return err
 		}
 		snap, _ := c.Snapshot()
-		return dryRun(o, mode, snap, d.Stdout)
+		return dryRun(o, mode, withBindAddress(snap, o.BindAddress()), d.Stdout)
 	}
 	if mode.NewBackend == nil {
 		return fmt.Errorf("proxy mode %q cannot run on this OS (it works here only with --dry-run)", name)
@@ -276,7 +273,12 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 	var configChanged <-chan error
 	if o.ConfigFile != "" {
-		if configChanged, err = watchConfigFile(ctx, o.ConfigFile, configWatchInterval); err != nil {
+		if d.ConfigWatchInterval <= 0 {
+			d.ConfigWatchInterval = configWatchInterval
+		}
+		// Compared with the bytes the configuration was decoded from, so
+		// that an edit made while kproxy was starting counts.
+		if configChanged, err = watchConfigFile(ctx, o.ConfigFile, o.ConfigData, d.ConfigWatchInterval); err != nil {
 			return err
 		}
 	}
@@ -321,6 +323,20 @@ func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// defaultAlgorithm is the node-wide load-balancing algorithm of Services
+// without the kproxy.io/load-balancing annotation: from ipvs.scheduler in
+// mode ipvs, none (random) otherwise. It logs what it chose.
+func defaultAlgorithm(logger klog.Logger, o *config.Options) proxy.Algorithm {
+	alg, known := SchedulerAlgorithm(o.IPVSScheduler())
+	if !known {
+		logger.Info("Warning: ipvs.scheduler has no kproxy equivalent; Services without the kproxy.io/load-balancing annotation are balanced at random",
+			"scheduler", o.IPVSScheduler())
+	} else if alg != "" {
+		logger.Info("Node-wide load-balancing algorithm from ipvs.scheduler", "scheduler", o.IPVSScheduler(), "algorithm", alg)
+	}
+	return alg
 }
 
 // SchedulerAlgorithm maps an IPVS scheduler name (ipvs.scheduler in mode

@@ -125,6 +125,8 @@ type run struct {
 	unsupported []proxy.Unsupported
 	// ctx is the base context (default: Background), e.g. with a logger.
 	ctx context.Context
+	// args are added to the command line (e.g. --config).
+	args []string
 }
 
 // start runs kproxy as node1 over dir with an IPv4 and an IPv6 fake
@@ -135,8 +137,8 @@ func start(t *testing.T, dir string, cfg run) *harness {
 	h := &harness{t: t, dir: dir, backends: map[v1.IPFamily]*fakeBackend{},
 		clock: clocktesting.NewFakeClock(time.Now()), addrs: make(chan [2]string, 8),
 		synced: make(chan syncResult, 1000), done: make(chan struct{}), servers: map[string]string{}}
-	o := options(t, "--manifests", dir, "--hostname-override", "node1", "--proxy-mode", "iptables",
-		"--iptables-min-sync-period", "10ms", "--iptables-sync-period", "1s")
+	o := options(t, append([]string{"--manifests", dir, "--hostname-override", "node1", "--proxy-mode", "iptables",
+		"--iptables-min-sync-period", "10ms", "--iptables-sync-period", "1s"}, cfg.args...)...)
 	o.Config.MetricsBindAddress = "127.0.0.1:0"
 	o.Config.HealthzBindAddress = "127.0.0.1:0"
 	mode := Mode{

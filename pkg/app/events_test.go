@@ -264,3 +264,43 @@ func TestSafetyWarningEventsThroughAPIServer(t *testing.T) {
 		t.Errorf("term's endpoints after the rejected update: %+v", p)
 	}
 }
+
+// TestProxyModeNotImplementedEvent: mode ipvs (run with the iptables
+// backend) records one Warning Event ProxyModeNotImplemented on the Node,
+// saying what runs instead; mode iptables records none (nor does nftables,
+// which has its own backend: ModeWarning is empty, see pkg/config).
+func TestProxyModeNotImplementedEvent(t *testing.T) {
+	for _, tc := range []struct {
+		mode, says string
+	}{
+		{"ipvs", "mode ipvs: kproxy has no ipvs backend and runs its iptables backend instead"},
+		{"iptables", ""},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			rec := &recorder{}
+			dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "web.yaml": lbYAML(freePort(t), "node1")})
+			h := start(t, dir, run{args: []string{"--proxy-mode", tc.mode},
+				tweak: func(_ *config.Options, d *Deps) { d.Events = rec }})
+			h.waitSync("first sync", succeeded)
+			var got []recorded
+			for _, e := range rec.take() {
+				if e.reason == "ProxyModeNotImplemented" {
+					got = append(got, e)
+				}
+			}
+			if tc.says == "" {
+				if len(got) != 0 {
+					t.Errorf("mode %s: %+v", tc.mode, got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d ProxyModeNotImplemented Events, want 1: %+v", len(got), got)
+			}
+			e := got[0]
+			if e.regarding.Kind != "Node" || e.regarding.Name != "node1" || e.eventType != v1.EventTypeWarning || !strings.Contains(e.n, tc.says) {
+				t.Errorf("Event %+v: want a Warning on Node node1 saying %q", e, tc.says)
+			}
+		})
+	}
+}

@@ -1,6 +1,9 @@
 package app
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"testing"
@@ -87,5 +90,57 @@ func TestWithBindAddress(t *testing.T) {
 	}
 	if !slices.Equal(snap.Node.Addresses, addrs("192.168.1.7", "10.0.0.5", "fd00::5")) {
 		t.Errorf("the cache's snapshot was modified: %v", snap.Node.Addresses)
+	}
+}
+
+// snapRecorder is a dry runner that keeps the snapshot it is given.
+type snapRecorder struct{ snap *proxy.Snapshot }
+
+func (r *snapRecorder) DryRun(_ io.Writer, snap *proxy.Snapshot) error { r.snap = snap; return nil }
+
+// TestBindAddressInDryRunAndSnapshot: --dry-run and Snapshot (kproxy
+// explain) see the node's primary IP that bindAddress gives, as the syncs do.
+func TestBindAddressInDryRunAndSnapshot(t *testing.T) {
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "web.yaml": lbYAML(30999, "node1")})
+	want := addrs("192.0.2.77", "192.168.50.11")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	o := options(t, "--manifests", dir, "--hostname-override", "node1", "--bind-address", "192.0.2.77", "--dry-run")
+	rec := &snapRecorder{}
+	mode := Mode{NewDryRun: func(*config.Options) (proxy.DryRunner, error) { return rec, nil }}
+	if err := RunWith(ctx, o, Deps{Modes: Modes{"iptables": mode}}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.snap == nil || !slices.Equal(rec.snap.Node.Addresses, want) {
+		t.Errorf("dry run: node addresses %v, want %v", rec.snap.Node.Addresses, want)
+	}
+
+	snap, err := Snapshot(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(snap.Node.Addresses, want) {
+		t.Errorf("Snapshot: node addresses %v, want %v", snap.Node.Addresses, want)
+	}
+}
+
+// TestSnapshotIPVSScheduler: kproxy explain's snapshot in mode ipvs uses
+// ipvs.scheduler's node-wide algorithm, as the syncs do.
+func TestSnapshotIPVSScheduler(t *testing.T) {
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "web.yaml": lbYAML(30999, "node1")})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	snap, err := Snapshot(ctx, options(t, "--manifests", dir, "--hostname-override", "node1", "--proxy-mode", "ipvs", "--ipvs-scheduler", "sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.IPv4.Ports) == 0 {
+		t.Fatal("no IPv4 service port")
+	}
+	for name, sp := range snap.IPv4.Ports {
+		if sp.Algorithm != proxy.AlgorithmSourceHash {
+			t.Errorf("%v: algorithm %q, want source-hash from ipvs.scheduler sh", name, sp.Algorithm)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
@@ -12,12 +13,13 @@ import (
 )
 
 // Snapshot reads the configured source (--manifests or the API server) once
-// and returns this node's desired state, as the first sync would see it. It
-// programs nothing (used by `kproxy explain`).
+// and returns this node's desired state, as the first sync would see it
+// (bindAddress and the ipvs.scheduler default applied as Run applies them).
+// It programs nothing (used by `kproxy explain`).
 func Snapshot(ctx context.Context, o *config.Options) (*proxy.Snapshot, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: func() {},
+	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: func() {}, DefaultAlgorithm: defaultAlgorithm(klog.FromContext(ctx), o),
 		Conflict: func(types.NamespacedName, string, string) {}})
 	var client kubernetes.Interface
 	if o.Manifests == "" {
@@ -33,5 +35,5 @@ func Snapshot(ctx context.Context, o *config.Options) (*proxy.Snapshot, error) {
 		return nil, err
 	}
 	snap, _ := c.Snapshot()
-	return snap, nil
+	return withBindAddress(snap, o.BindAddress()), nil
 }

@@ -63,6 +63,7 @@ const (
 	DefaultFullSyncPeriod      = 1 * time.Hour
 	DefaultTakeOverKubeProxy   = true
 	DefaultLocalhostNodePorts  = true
+	defaultIPVSScheduler       = "rr" // upstream's ipvs proxier's, for an empty ipvs.scheduler
 	defaultBindAddress         = "0.0.0.0"
 	kubeProxyConfigAPIVersion  = "kubeproxy.config.k8s.io/v1alpha1"
 	kubeProxyConfigKind        = "KubeProxyConfiguration"

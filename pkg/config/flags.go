@@ -84,11 +84,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	// Node identity and servers.
 	str("hostname-override", "hostnameOverride", "", "Name of this node's Node object. Default: the OS hostname, lowercased. Also applies when --config is given.",
-		func(c *kpc, v string) { c.HostnameOverride = strings.ToLower(strings.TrimSpace(v)) })
+		func(c *kpc, v string) {
+			if v != "" { // as upstream, an empty flag leaves the file's name
+				c.HostnameOverride = strings.ToLower(strings.TrimSpace(v))
+			}
+		})
 	o.bindings[len(o.bindings)-1].withConfig = true
 	str("show-hidden-metrics-for-version", "showHiddenMetricsForVersion", d.ShowHiddenMetricsForVersion, "The previous version for which to show hidden metrics. Accepted for compatibility and ignored (warned): kproxy hides no metrics.",
 		func(c *kpc, v string) { c.ShowHiddenMetricsForVersion = v })
-	str("bind-address", "bindAddress", d.BindAddress, "This node's primary IP address, overriding the one from the Node object; 0.0.0.0 or :: only select the primary IP family. No socket is bound to it.",
+	str("bind-address", "bindAddress", d.BindAddress, "Overrides this node's primary IP of the address's family (otherwise the Node object's first address of that family); 0.0.0.0 and :: override nothing. An IPv6 value (:: included) makes the default health and metrics server addresses IPv6 ones. As upstream, no socket is bound to it.",
 		func(c *kpc, v string) { c.BindAddress = v })
 	str("healthz-bind-address", "healthzBindAddress", d.HealthzBindAddress, "IP:port for the health check server (port 10256 when only an IP is given). Empty disables it.",
 		func(c *kpc, v string) { c.HealthzBindAddress = v })
@@ -126,8 +130,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		func(c *kpc, v time.Duration) { setSyncPeriod(c, false, true, v) })
 
 	// IPVS: kproxy runs its iptables backend for mode ipvs; these periods
-	// apply then, as upstream; the scheduler is kept for a later
-	// load-balancing choice and the rest is accepted and warned about.
+	// apply then, as upstream; the scheduler sets the node-wide
+	// load-balancing algorithm (see IPVSScheduler) and the rest is accepted
+	// and warned about.
 	dur("ipvs-sync-period", "ipvs.syncPeriod", d.IPVS.SyncPeriod.Duration, "In ipvs mode: longest time between two syncs of the proxy rules. Must be greater than 0.",
 		func(c *kpc, v time.Duration) { setSyncPeriod(c, true, false, v) })
 	dur("ipvs-min-sync-period", "ipvs.minSyncPeriod", d.IPVS.MinSyncPeriod.Duration, "In ipvs mode: shortest time between two syncs of the proxy rules; 0 syncs on every change.",
@@ -210,16 +215,12 @@ func setSyncPeriod(c *kpc, ipvs, minimum bool, v time.Duration) {
 // component-base registers them for upstream kube-proxy.
 var loggingFlagNames = []string{"logging-format", "log-flush-frequency", "log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"}
 
-// loggingFlagSet returns component-base's logging flags bound to l (the
-// JSON ones are added by hand: kproxy does not link the JSON format, and
-// component-base registers them only when it is linked).
+// loggingFlagSet returns component-base's logging flags bound to l, as
+// upstream registers them (the log-json-* ones come with the JSON format,
+// which this package links, as kube-proxy does).
 func loggingFlagSet(l *logsapi.LoggingConfiguration) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("logging", pflag.ContinueOnError)
 	logsapi.AddFlags(l, fs)
-	if fs.Lookup("log-json-split-stream") == nil {
-		fs.BoolVar(&l.Options.JSON.SplitStream, "log-json-split-stream", false, "[Alpha] In JSON format, write error messages to stderr and info messages to stdout. Accepted for compatibility; kproxy logs in text format.")
-		fs.Var(&l.Options.JSON.InfoBufferSize, "log-json-info-buffer-size", "[Alpha] In JSON format with split output streams, the info messages can be buffered. Accepted for compatibility; kproxy logs in text format.")
-	}
 	return fs
 }
 

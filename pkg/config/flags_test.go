@@ -182,6 +182,14 @@ func TestFlagsWithoutConfigFile(t *testing.T) {
 		{"explicit empty healthz address disables the server", "linux", []string{"--healthz-bind-address="}, func(o *Options) any { _, ok := o.HealthzBindAddress(); return ok }, false},
 		{"explicit zero sync period is kept for validation", "linux", []string{"--iptables-sync-period=0"}, func(o *Options) any { return o.SyncPeriod() }, time.Duration(0)},
 		{"nodeport addresses are trimmed", "linux", []string{"--nodeport-addresses= 10.0.0.0/8 , fd00::/64"}, func(o *Options) any { return o.Config.NodePortAddresses }, []string{"10.0.0.0/8", "fd00::/64"}},
+		// As upstream's ipvs proxier: no scheduler means rr.
+		{"ipvs mode without a scheduler is round robin", "linux", []string{"--proxy-mode=ipvs"}, func(o *Options) any { return o.IPVSScheduler() }, "rr"},
+		{"ipvs mode with a blank scheduler is round robin", "linux", []string{"--proxy-mode=ipvs", "--ipvs-scheduler= "}, func(o *Options) any { return o.IPVSScheduler() }, "rr"},
+		{"the scheduler only counts in ipvs mode", "linux", []string{"--ipvs-scheduler=sh"}, func(o *Options) any { return o.IPVSScheduler() }, ""},
+		// Upstream's flags-only configuration starts from one minSyncPeriod
+		// of 1s whatever the mode; --ipvs-min-sync-period changes it.
+		{"flags-only ipvs mode: minSyncPeriod 1s", "linux", []string{"--proxy-mode=ipvs"}, func(o *Options) any { return o.MinSyncPeriod() }, time.Second},
+		{"flags-only ipvs mode: explicit zero minSyncPeriod kept", "linux", []string{"--proxy-mode=ipvs", "--ipvs-min-sync-period=0"}, func(o *Options) any { return o.MinSyncPeriod() }, time.Duration(0)},
 		{"kproxy's own flags", "linux", []string{"--manifests=/m", "--dry-run", "--dry-run-output=state", "--cleanup", "--version", "--take-over-kube-proxy=false", "--full-sync-period=2h", "--master=https://api:6443"},
 			func(o *Options) any {
 				return []any{o.Manifests, o.DryRun, o.DryRunOutput, o.Cleanup, string(o.Version), o.TakeOverKubeProxy, o.FullSyncPeriod, o.ClientConnection().Master}
@@ -200,6 +208,24 @@ func TestFlagsWithoutConfigFile(t *testing.T) {
 	}
 }
 
+// TestIPVSConfigFile: in a config file, mode ipvs without a scheduler is
+// round robin too, and ipvs.minSyncPeriod keeps upstream's zero default.
+func TestIPVSConfigFile(t *testing.T) {
+	o := testOptions("linux", nil)
+	if _, err := parse(t, o, "--config", writeConfig(t, "mode: ipvs\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.IPVSScheduler(); got != "rr" {
+		t.Errorf("IPVSScheduler = %q, want rr", got)
+	}
+	if got := o.MinSyncPeriod(); got != 0 {
+		t.Errorf("MinSyncPeriod = %v, want 0 (ipvs.minSyncPeriod unset in the file)", got)
+	}
+	if w := o.ModeWarning(); !strings.Contains(w, `ipvs.scheduler "rr"`) {
+		t.Errorf("ModeWarning %q does not name the rr scheduler", w)
+	}
+}
+
 func TestNodeName(t *testing.T) {
 	fileWithName := writeConfig(t, "hostnameOverride: ' File-Node '\n")
 	for _, tc := range []struct {
@@ -215,6 +241,12 @@ func TestNodeName(t *testing.T) {
 		{name: "OS hostname, trimmed and lowercased", hostname: " MyHost.Local ", want: "myhost.local"},
 		{name: "explicitly empty flag falls back to the hostname", args: []string{"--hostname-override="}, hostname: "h", want: "h"},
 		{name: "hostname failure", hostErr: errors.New("uname failed"), wantErr: "uname failed"},
+		// As upstream: blank names are errors, an empty flag is no flag.
+		{name: "blank flag is an error", args: []string{"--hostname-override=  "}, hostname: "h", wantErr: "empty --hostname-override is invalid"},
+		{name: "blank flag is an error with --config too", args: []string{"--config", fileWithName, "--hostname-override= \t"}, wantErr: "empty --hostname-override is invalid"},
+		{name: "empty flag keeps the file's name", args: []string{"--config", fileWithName, "--hostname-override="}, want: "file-node"},
+		{name: "blank hostnameOverride in the file is an error", args: []string{"--config", writeConfig(t, "hostnameOverride: '  '\n")}, hostname: "h", wantErr: "hostnameOverride is only white space"},
+		{name: "blank OS hostname is an error", hostname: " \n", wantErr: "the OS hostname is only white space"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := testOptions("linux", nil)

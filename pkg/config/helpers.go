@@ -41,13 +41,17 @@ func (o *Options) SyncPeriod() time.Duration { return o.syncPeriods().SyncPeriod
 // MinSyncPeriod is the shortest time between two syncs, chosen as SyncPeriod.
 func (o *Options) MinSyncPeriod() time.Duration { return o.syncPeriods().MinSyncPeriod.Duration }
 
-// IPVSScheduler is ipvs.scheduler in ipvs mode ("" otherwise): rr, sh, lc
-// or another IPVS scheduler name, kept for a later load-balancing choice.
+// IPVSScheduler is ipvs.scheduler in ipvs mode ("" otherwise), with
+// upstream's default: rr when it is empty. The caller maps it to the
+// node-wide load-balancing algorithm (rr, sh, lc; others are not known).
 func (o *Options) IPVSScheduler() string {
 	if o.RequestedMode() != ModeIPVS {
 		return ""
 	}
-	return strings.TrimSpace(o.Config.IPVS.Scheduler)
+	if s := strings.TrimSpace(o.Config.IPVS.Scheduler); s != "" {
+		return s
+	}
+	return defaultIPVSScheduler
 }
 
 type periods struct{ SyncPeriod, MinSyncPeriod metav1.Duration }
@@ -221,8 +225,8 @@ func (o *Options) MetricsBindAddress() (addr netip.AddrPort, ok bool) {
 func (o *Options) BindAddressHardFail() bool { return o.Config.BindAddressHardFail }
 
 // BindAddress returns bindAddress. A specific address overrides the node's
-// primary IP; an unspecified one (0.0.0.0 or ::) only hints the primary IP
-// family.
+// primary IP of its family; an unspecified one (0.0.0.0 or ::) overrides
+// nothing (setDefaults reads its family for the servers' default addresses).
 func (o *Options) BindAddress() netip.Addr {
 	a, err := netip.ParseAddr(o.Config.BindAddress)
 	if err != nil {

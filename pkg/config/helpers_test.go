@@ -181,13 +181,11 @@ func TestWarnings(t *testing.T) {
 			c.PortRange = "30000-31000"
 			c.ShowHiddenMetricsForVersion = "1.36"
 			c.WindowsRunAsService = true
-			c.Logging.Format = "xml"
 		}, []string{
 			"featureGates are ignored: kproxy has no feature gates (A, B)",
 			"portRange is ignored: it only applied to the removed userspace proxy",
 			"showHiddenMetricsForVersion is ignored: kproxy hides no metrics",
 			"windowsRunAsService in the config file is ignored, as upstream: use the --windows-service flag",
-			`logging.format "xml" is not known: kproxy logs in klog's text format`,
 		}},
 		{"no cluster CIDR for ClusterCIDR detection", func(*kpc) {}, []string{
 			"detectLocalMode is ClusterCIDR but clusterCIDR is empty: local-traffic detection is off (off-cluster traffic to ClusterIPs is not masqueraded)",

@@ -87,9 +87,15 @@ func Load(path string) (*v1alpha1.KubeProxyConfiguration, error) {
 // duplicate fields, again leniently, returning those problems as warnings
 // (one per field). Any other problem is an error, as with Load.
 func LoadLenient(path string) (*v1alpha1.KubeProxyConfiguration, []Problem, error) {
+	c, warnings, _, err := loadLenient(path)
+	return c, warnings, err
+}
+
+// loadLenient is LoadLenient, also returning the bytes it decoded.
+func loadLenient(path string) (*v1alpha1.KubeProxyConfiguration, []Problem, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading kube-proxy configuration: %w", err)
+		return nil, nil, nil, fmt.Errorf("reading kube-proxy configuration: %w", err)
 	}
 	c, warnings, err := DecodeLenient(data)
 	if err != nil {
@@ -97,9 +103,9 @@ func LoadLenient(path string) (*v1alpha1.KubeProxyConfiguration, []Problem, erro
 		if errors.As(err, &de) {
 			de.File = path
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, warnings, nil
+	return c, warnings, data, nil
 }
 
 // DecodeLenient is LoadLenient on data.

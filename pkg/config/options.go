@@ -26,6 +26,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -35,6 +36,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -48,6 +50,10 @@ type Options struct {
 
 	// ConfigFile is --config.
 	ConfigFile string
+	// ConfigData is the content of ConfigFile as Complete read and decoded
+	// it: what the running configuration comes from, so that a change made
+	// while kproxy starts is a change too (see app's config watch).
+	ConfigData []byte
 	// Master is --master: the API server address, overriding the kubeconfig's.
 	Master string
 	// NodeName is this node's name: --hostname-override, else the config's
@@ -155,13 +161,19 @@ func (o *Options) defaults() *v1alpha1.KubeProxyConfiguration {
 // --iptables-min-sync-period=0) is kept rather than defaulted.
 func (o *Options) Complete(fs *pflag.FlagSet) error {
 	c := &v1alpha1.KubeProxyConfiguration{}
-	o.fileWarnings, o.ignoredFlags = nil, nil
+	o.fileWarnings, o.ignoredFlags, o.ConfigData = nil, nil, nil
 	if o.ConfigFile != "" {
-		loaded, warnings, err := LoadLenient(o.ConfigFile)
+		loaded, warnings, data, err := loadLenient(o.ConfigFile)
 		if err != nil {
 			return err
 		}
-		c, o.fileWarnings = loaded, warnings
+		c, o.fileWarnings, o.ConfigData = loaded, warnings, data
+	}
+
+	if f := fs.Lookup("hostname-override"); f != nil && f.Changed && f.Value.String() != "" && strings.TrimSpace(f.Value.String()) == "" {
+		// Upstream's check: an empty flag is as good as none, a blank one
+		// is an error.
+		return errors.New("empty --hostname-override is invalid")
 	}
 
 	o.flagz = nil
@@ -185,6 +197,12 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 	setDefaults(c, o.goos)
 	for _, b := range explicit {
 		b.apply(c)
+	}
+	if o.ConfigFile == "" && c.Mode == ModeIPVS && o.setBy["ipvs.minSyncPeriod"] == "" {
+		// Upstream's flags start from one minSyncPeriod for every mode,
+		// iptables' default (1s); ipvs.minSyncPeriod has no default only in
+		// a config file.
+		c.IPVS.MinSyncPeriod = metav1.Duration{Duration: DefaultMinSyncPeriod}
 	}
 	if o.ConfigFile == "" && o.WriteConfigTo == "" {
 		// The deprecated --healthz-port and --metrics-port, as upstream: 0
@@ -210,13 +228,18 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 		c.Winkernel.NetworkName = strings.TrimSpace(o.getenv(kubeNetworkEnv))
 	}
 
-	name := strings.TrimSpace(c.HostnameOverride)
+	// As upstream (component-helpers' GetHostname): a name that is only
+	// white space is an error, wherever it comes from.
+	name, from := c.HostnameOverride, "hostnameOverride"
 	if name == "" {
 		h, err := o.hostname()
 		if err != nil {
 			return fmt.Errorf("determining the node name (set --hostname-override): %w", err)
 		}
-		name = strings.TrimSpace(h)
+		name, from = h, "the OS hostname"
+	}
+	if name = strings.TrimSpace(name); name == "" {
+		return fmt.Errorf("empty node name is invalid (%s is only white space)", from)
 	}
 	o.NodeName = strings.ToLower(name)
 	o.Config = c
@@ -325,9 +348,6 @@ func (o *Options) Warnings() []string {
 	if c.WindowsRunAsService {
 		w = append(w, "windowsRunAsService in the config file is ignored, as upstream: use the --windows-service flag")
 	}
-	if c.Logging.Format != "" && c.Logging.Format != "text" && c.Logging.Format != "json" {
-		w = append(w, fmt.Sprintf("logging.format %q is not known: kproxy logs in klog's text format", c.Logging.Format))
-	}
 	if c.Logging.Options.Text.SplitStream || c.Logging.Options.JSON.SplitStream {
 		w = append(w, "logging split streams are ignored: kproxy writes one log stream (stderr)")
 	}
@@ -348,10 +368,7 @@ func (o *Options) ModeWarning() string {
 	c := o.Config
 	switch c.Mode {
 	case ModeIPVS:
-		sched := strings.TrimSpace(c.IPVS.Scheduler)
-		if sched == "" {
-			sched = "rr"
-		}
+		sched := o.IPVSScheduler()
 		return fmt.Sprintf("mode ipvs: kproxy has no ipvs backend and runs its iptables backend instead (ipvs.syncPeriod and ipvs.minSyncPeriod apply; ipvs.scheduler %q is the node-wide load-balancing algorithm: rr, sh and lc map to round-robin, source-hash and least-connection, others to random)", sched)
 	}
 	return ""

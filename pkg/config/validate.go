@@ -134,6 +134,15 @@ func validateConfig(c *v1alpha1.KubeProxyConfiguration, goos string, dryRun bool
 	errs = append(errs, validateConntrack(c.Conntrack, field.NewPath("conntrack"))...)
 	errs = append(errs, validateDetectLocal(c, field.NewPath("detectLocalMode"), field.NewPath("detectLocal"))...)
 
+	// As upstream (component-base's logging validation): a format that is
+	// not registered is an error. kproxy registers text and json, as
+	// kube-proxy does.
+	switch c.Logging.Format {
+	case "", "text", "json":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
+	}
+
 	if c.Mode == ModeKernelspace && c.Winkernel.SourceVip != "" {
 		if _, err := netip.ParseAddr(c.Winkernel.SourceVip); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("winkernel", "sourceVip"), c.Winkernel.SourceVip, "must be an IP address"))

@@ -27,6 +27,12 @@ func TestValidate(t *testing.T) {
 		want   []string // every field.Error, in order
 	}{
 		{name: "defaults are valid", mutate: func(*Options, *kpc) {}},
+		{name: "logging formats text and json are valid", mutate: func(_ *Options, c *kpc) { c.Logging.Format = "json" }},
+		{
+			name:   "an unknown logging format is an error, as upstream",
+			mutate: func(_ *Options, c *kpc) { c.Logging.Format = "xml" },
+			want:   []string{`logging.format: Unsupported value: "xml": supported values: "text", "json"`},
+		},
 		{
 			name:   "masquerade bit out of range",
 			mutate: func(_ *Options, c *kpc) { c.IPTables.MasqueradeBit = ptr(int32(40)) },

@@ -123,7 +123,19 @@ const (
 	upstream = "kubeproxy"
 	own      = "kproxy"
 	family   = "ip_family"
+	// alpha is the help prefix component-base gives upstream's metrics
+	// (every kubeproxy_* metric of v1.37 is ALPHA); kproxy registers them
+	// with client_golang directly, so it adds the prefix itself.
+	alpha = "[ALPHA] "
 )
+
+// helpFor is help as component-base would show it in namespace ns.
+func helpFor(ns, help string) string {
+	if ns == upstream {
+		return alpha + help
+	}
+	return help
+}
 
 // New returns a Metrics with every metric of its mode registered.
 func New(o Options) *Metrics {
@@ -132,13 +144,13 @@ func New(o Options) *Metrics {
 	}
 	m := &Metrics{reg: prometheus.NewRegistry(), clock: o.Clock}
 	hist := func(ns, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: name, Help: help, Buckets: buckets}, labels)
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: name, Help: helpFor(ns, help), Buckets: buckets}, labels)
 	}
 	gauge := func(ns, name, help string, labels ...string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, labels)
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: helpFor(ns, help)}, labels)
 	}
 	counter := func(ns, name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: helpFor(ns, help)}, labels)
 	}
 
 	m.syncDuration = hist(upstream, "sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", syncBuckets, family)
@@ -147,8 +159,8 @@ func New(o Options) *Metrics {
 	m.lastSync = gauge(upstream, "sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced", family)
 	m.lastQueued = gauge(upstream, "sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued", family)
 	m.programming = hist(upstream, "network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", programmingBuckets(), family)
-	m.endpointChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: upstream, Name: "sync_proxy_rules_endpoint_changes_total", Help: "Cumulative proxy rules Endpoint changes"})
-	m.serviceChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: upstream, Name: "sync_proxy_rules_service_changes_total", Help: "Cumulative proxy rules Service changes"})
+	m.endpointChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: upstream, Name: "sync_proxy_rules_endpoint_changes_total", Help: alpha + "Cumulative proxy rules Endpoint changes"})
+	m.serviceChanges = prometheus.NewCounter(prometheus.CounterOpts{Namespace: upstream, Name: "sync_proxy_rules_service_changes_total", Help: alpha + "Cumulative proxy rules Service changes"})
 	m.byAlgorithm = gauge(own, "service_ports_by_algorithm", "Number of service ports per load-balancing algorithm (kproxy.io/load-balancing after session affinity; a backend without the algorithm uses random and warns)", family, "algorithm")
 	m.noLocalEndpoints = gauge(upstream, "sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", family, "traffic_policy")
 	m.healthz = counter(upstream, "proxy_healthz_total", "Cumulative proxy healthz HTTP status", "code")
@@ -188,9 +200,9 @@ func New(o Options) *Metrics {
 	if o.Pending != nil {
 		pending := o.Pending
 		m.reg.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: upstream, Name: "sync_proxy_rules_service_changes_pending", Help: "Pending proxy rules Service changes"},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: upstream, Name: "sync_proxy_rules_service_changes_pending", Help: alpha + "Pending proxy rules Service changes"},
 				func() float64 { s, _ := pending(); return float64(s) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: upstream, Name: "sync_proxy_rules_endpoint_changes_pending", Help: "Pending proxy rules Endpoint changes"},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: upstream, Name: "sync_proxy_rules_endpoint_changes_pending", Help: alpha + "Pending proxy rules Endpoint changes"},
 				func() float64 { _, e := pending(); return float64(e) }),
 		)
 	}

@@ -20,9 +20,9 @@ type PacketCounters struct {
 
 var (
 	invalidDroppedDesc = prometheus.NewDesc("kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
-		"packets dropped by iptables to work around conntrack problems", nil, nil)
+		alpha+"packets dropped by iptables to work around conntrack problems", nil, nil)
 	localhostAcceptedDesc = prometheus.NewDesc("kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-		"Number of packets accepted on nodeports of loopback interface", nil, nil)
+		alpha+"Number of packets accepted on nodeports of loopback interface", nil, nil)
 )
 
 // IPTablesPacketCounters serves upstream's two iptables packet counters

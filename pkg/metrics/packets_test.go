@@ -54,3 +54,48 @@ func grepLines(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestUpstreamHelpHasStabilityLevel: upstream registers its metrics through
+// component-base, which prefixes each help text with the stability level
+// ("[ALPHA] " for every kubeproxy_* metric of v1.37); kproxy's own metrics
+// have none.
+func TestUpstreamHelpHasStabilityLevel(t *testing.T) {
+	for _, mode := range []string{ModeIPTables, ModeKernelspace} {
+		m := New(Options{Mode: mode, Pending: func() (int, int) { return 0, 0 }, FrontendConflicts: func() int { return 0 }})
+		if mode == ModeIPTables {
+			m.IPTablesPacketCounters(func() (PacketCounters, error) { return PacketCounters{}, nil })
+		}
+		text := scrape(t, m)
+		upstreamSeen := 0
+		for _, l := range strings.Split(text, "\n") {
+			rest, ok := strings.CutPrefix(l, "# HELP ")
+			if !ok {
+				continue
+			}
+			name, help, _ := strings.Cut(rest, " ")
+			switch {
+			case strings.HasPrefix(name, "kubeproxy_"):
+				upstreamSeen++
+				if !strings.HasPrefix(help, "[ALPHA] ") {
+					t.Errorf("%s: %s: help %q lacks upstream's [ALPHA] prefix", mode, name, help)
+				}
+			case strings.HasPrefix(name, "kproxy_") && strings.HasPrefix(help, "["):
+				t.Errorf("%s: %s: kproxy's own metric has a stability prefix: %q", mode, name, help)
+			}
+		}
+		if upstreamSeen < 4 { // vectors without a child are not scraped
+			t.Errorf("%s: only %d kubeproxy_* metrics scraped", mode, upstreamSeen)
+		}
+		if mode != ModeIPTables {
+			continue
+		}
+		for _, want := range []string{
+			"# HELP kubeproxy_iptables_ct_state_invalid_dropped_packets_total [ALPHA] packets dropped by iptables to work around conntrack problems\n",
+			"# HELP kubeproxy_iptables_localhost_nodeports_accepted_packets_total [ALPHA] Number of packets accepted on nodeports of loopback interface\n",
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("want %q in:\n%s", want, grepLines(text, "_packets_total"))
+			}
+		}
+	}
+}

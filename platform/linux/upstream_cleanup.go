@@ -134,3 +134,22 @@ func CleanupUpstreamIPSets(ctx context.Context, sets IPSets) ([]string, error) {
 	}
 	return destroyed, errors.Join(errs...)
 }
+
+// countIPVSVirtualServers counts the virtual servers listed in the content
+// of /proc/net/ip_vs: one line per virtual server, starting with its
+// protocol (TCP, UDP, SCTP) or FWM for a firewall-mark service; the header
+// and the real servers ("  -> ...") are not counted.
+func countIPVSVirtualServers(data []byte) int {
+	n := 0
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "TCP", "UDP", "SCTP", "FWM":
+			n++
+		}
+	}
+	return n
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 
@@ -57,4 +58,19 @@ func DeleteUpstreamIPVSInterface() (bool, error) {
 		return false, fmt.Errorf("deleting %s: %w", UpstreamIPVSInterface, err)
 	}
 	return true, nil
+}
+
+// IPVSVirtualServers counts the IPVS virtual servers of the current network
+// namespace (/proc/net/ip_vs), kube-proxy's ipvs mode's or anyone's; 0
+// when the kernel has no IPVS. kproxy's --cleanup does not remove them
+// (upstream's flushes every one): the caller says so when there are some.
+func IPVSVirtualServers() (int, error) {
+	data, err := os.ReadFile("/proc/net/ip_vs")
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the IPVS table: %w", err)
+	}
+	return countIPVSVirtualServers(data), nil
 }

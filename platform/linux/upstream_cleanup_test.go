@@ -98,3 +98,27 @@ COMMIT
 		t.Errorf("second cleanup: %v %v", again, err)
 	}
 }
+
+// TestCountIPVSVirtualServers reads /proc/net/ip_vs as the kernel writes
+// it: virtual servers (TCP, UDP, SCTP, firewall marks, IPv6 ones) counted,
+// real servers and headers not.
+func TestCountIPVSVirtualServers(t *testing.T) {
+	const table = `IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port Forward Weight ActiveConn InActConn
+TCP  0A600001:01BB rr
+  -> C0A8320B:192B      Masq    1      0          0
+  -> C0A8320C:192B      Masq    1      2          0
+UDP  0A60000A:0035 rr
+  -> 0AF40105:0035      Masq    1      0          0
+SCTP 0A60000B:0B54 sh
+TCP  [fd00:0096:0000:0000:0000:0000:0000:0001]:01BB rr
+FWM  00000001 rr
+`
+	if n := countIPVSVirtualServers([]byte(table)); n != 5 {
+		t.Errorf("counted %d virtual servers, want 5", n)
+	}
+	if n := countIPVSVirtualServers([]byte("IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n")); n != 0 {
+		t.Errorf("an empty table: %d", n)
+	}
+}

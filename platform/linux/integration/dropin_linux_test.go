@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -269,16 +270,92 @@ func (d *dropInEnv) awaitGone(what string, limit time.Duration, check func() str
 // started again, then "kproxy --cleanup --take-over-kube-proxy=false").
 // Not one connection may fail, and after each swap no rule of the other
 // proxy may be left.
+//
+// The config subtests run both proxies as kubeadm's DaemonSet does, with
+// --config naming a kubeadm-style config.conf in a ConfigMap volume layout
+// (the flags that set configuration fields are then ignored by both).
 func TestDropInSwap(t *testing.T) {
 	for _, mode := range []string{"iptables", "nftables"} {
-		t.Run(mode, func(t *testing.T) { testDropInSwap(t, mode) })
+		t.Run(mode, func(t *testing.T) { testDropInSwap(t, mode, false) })
+		t.Run(mode+"-config", func(t *testing.T) { testDropInSwap(t, mode, true) })
 	}
 }
 
-func testDropInSwap(t *testing.T, mode string) {
+// kubeadmConfigFile writes kubeadm's generated config.conf
+// (cmd/kproxy/testdata/kubeadm-config.conf) as a ConfigMap volume would
+// hold it (config.conf → ..data/config.conf, ..data → a timestamped
+// directory), with what this topology needs in place of kubeadm's values:
+// the kubeconfig, the dual-stack cluster CIDR, the test's server
+// addresses, conntrack.maxPerCore 0 (never touch the machine's conntrack
+// table size) and, for nftables, the mode (kubeadm's "" is iptables). It
+// returns the path of config.conf.
+func (d *dropInEnv) kubeadmConfigFile(mode string) string {
+	d.t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "cmd", "kproxy", "testdata", "kubeadm-config.conf"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	conf := string(data)
+	modeValue := `""`
+	if mode != "iptables" {
+		modeValue = mode
+	}
+	for _, r := range [][2]string{
+		{"  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\n", "  kubeconfig: " + d.Kubeconfig + "\n"},
+		{"clusterCIDR: 10.244.0.0/16\n", "clusterCIDR: " + d.top.ClusterCIDR4.String() + "," + d.top.ClusterCIDR6.String() + "\n"},
+		{"  maxPerCore: null\n", "  maxPerCore: 0\n"},
+		{"healthzBindAddress: \"\"\n", "healthzBindAddress: " + HealthzAddr + "\n"},
+		{"metricsBindAddress: \"\"\n", "metricsBindAddress: " + MetricsAddr + "\n"},
+		{"mode: \"\"\n", "mode: " + modeValue + "\n"},
+	} {
+		if strings.Count(conf, r[0]) != 1 {
+			d.t.Fatalf("kubeadm-config.conf has not exactly one %q", r[0])
+		}
+		conf = strings.Replace(conf, r[0], r[1], 1)
+	}
+	dir := d.t.TempDir()
+	ts := "..2026_01_01_00_00_00.1"
+	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ts, "config.conf"), []byte(conf), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.Symlink(ts, filepath.Join(dir, "..data")); err != nil {
+		d.t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.conf")
+	if err := os.Symlink(filepath.Join("..data", "config.conf"), path); err != nil {
+		d.t.Fatal(err)
+	}
+	return path
+}
+
+// checkConfigz makes sure the running proxy took its configuration from
+// the config file: its /configz has the file's mode and its cluster CIDRs,
+// which no flag gives it then.
+func (d *dropInEnv) checkConfigz(ctx context.Context, what, mode string) {
+	d.t.Helper()
+	code, body, err := d.Get(ctx, proxytest.Node1, "http://"+MetricsAddr+"/configz")
+	if err != nil || code != 200 {
+		d.t.Fatalf("%s: /configz: %d %v", what, code, err)
+	}
+	for _, want := range []string{`"mode":"` + mode + `"`, d.top.ClusterCIDR6.String()} {
+		if !strings.Contains(string(body), want) {
+			d.t.Errorf("%s: /configz lacks %s (the config file was not used?):\n%.2000s", what, want, body)
+		}
+	}
+}
+
+func testDropInSwap(t *testing.T, mode string, viaConfig bool) {
 	d := newDropInEnv(t)
 	ctx := testCtx(t, 4*time.Minute)
 	args := d.proxyArgs(mode)
+	if viaConfig {
+		// As kubeadm's DaemonSet: --config and --hostname-override (the
+		// harness's other flags are ignored with --config, by both).
+		args = []string{"--config", d.kubeadmConfigFile(mode)}
+	}
 	kp := d.Proxy(d.kubeProxy, "", d.logDir, args...)
 	kx := d.Proxy(kproxyBin, "", d.logDir, args...)
 	for _, p := range []*e2e.Proxy{kp, kx} {
@@ -294,6 +371,9 @@ func testDropInSwap(t *testing.T, mode string) {
 
 	svc := d.createService(ctx, d.top.Service("web", 10, proxytest.WithNodePort()), proxytest.Ready(proxytest.PodA1, proxytest.PodB1)...)
 	d.startProxy(kp, "kube-proxy ("+mode+")")
+	if viaConfig {
+		d.checkConfigz(ctx, "kube-proxy", mode)
+	}
 	targets := []target{
 		{proxytest.Client1, clusterIP(svc, v1.IPv4Protocol)},
 		{proxytest.Client1, clusterIP(svc, v1.IPv6Protocol)},
@@ -332,6 +412,9 @@ func testDropInSwap(t *testing.T, mode string) {
 	swap := time.Now()
 	d.stopProxy(kp, "kube-proxy")
 	d.startProxy(kx, "kproxy ("+mode+" arguments)")
+	if viaConfig {
+		d.checkConfigz(ctx, "kproxy", mode)
+	}
 	t.Logf("kube-proxy → kproxy: %v", time.Since(swap).Round(time.Millisecond))
 	d.awaitGone("kube-proxy's rules under kproxy", 30*time.Second, upstreamState)
 	time.Sleep(2 * time.Second)
