@@ -141,8 +141,9 @@ type Backend struct {
 	// rec is what exists in HNS (nil until listed).
 	rec      *State
 	needList bool
-	lastList time.Time
-	// lastCheck is when the record was last checked against HNS (or listed).
+	// lastList and lastCheck are when the sync that last listed HNS, and
+	// the one that last checked the record against HNS (or listed), began.
+	lastList  time.Time
 	lastCheck time.Time
 	// routeChecked are remote addresses outside every remote subnet for
 	// which the network was read again (cleared at each listing): a new
@@ -281,7 +282,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 			list = true
 		}
 	}
-	err := b.sync(ctx, snap, list)
+	err := b.sync(ctx, snap, list, now)
 	b.needList = err != nil
 	return err
 }
@@ -315,7 +316,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.list(); err != nil {
+	if err := b.list(b.clock.Now()); err != nil {
 		b.needList = true
 		if !IsNotFound(err) && !errors.Is(err, ErrNoNetwork) {
 			return fmt.Errorf("cleanup: %w", err)

@@ -189,7 +189,7 @@ func checkFamily(ctx context.Context, o *CheckOptions, fam v1.IPFamily, res *Che
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.list(); err != nil {
+	if err := b.list(b.clock.Now()); err != nil {
 		return fmt.Errorf("check-hns: %w", err)
 	}
 	res.Network = b.network.Name

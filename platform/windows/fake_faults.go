@@ -150,6 +150,15 @@ func (f *FakeHNS) RejectEndpoints(reject func(*Endpoint) error) {
 	f.rejectEP = reject
 }
 
+// OnCall makes every call run fn first (with the operation's name), e.g.
+// to advance a fake clock as a slow HNS would. fn runs with the fake's lock
+// held: it must not call the fake. nil removes it.
+func (f *FakeHNS) OnCall(fn func(op string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onCall = fn
+}
+
 // Hang makes every call of op block, before it is counted or does anything,
 // until the returned release function is called (as a hung HNS does).
 func (f *FakeHNS) Hang(op string) (release func()) {

@@ -51,9 +51,11 @@ func (b *Backend) checkRecord() (string, error) {
 	return "", nil
 }
 
-func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) error {
+// start is when the sync began: the periods (check, resync) are counted
+// from it, as the runner counts its intervals from the start of a run.
+func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, start time.Time) error {
 	if list {
-		if err := b.list(); err != nil {
+		if err := b.list(start); err != nil {
 			return err
 		}
 	}
@@ -96,7 +98,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 				return fmt.Errorf("reading HNS network %q for new remote subnets: %w", b.network.Name, err)
 			}
 			if !strings.EqualFold(n.ID, b.network.ID) {
-				if err := b.list(); err != nil { // recreated
+				if err := b.list(start); err != nil { // recreated
 					return err
 				}
 			} else {
@@ -136,7 +138,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 		if res.stale && !res.transient && pass == 1 {
 			// HNS holds something the record does not: list again and adopt.
 			klog.V(2).InfoS("HNS differs from the record; listing again", "family", b.opts.Family)
-			if err := b.list(); err != nil {
+			if err := b.list(start); err != nil {
 				return errors.Join(res.err, err)
 			}
 			continue
@@ -150,8 +152,11 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 }
 
 // list reads the network, the endpoints and the load balancers, and replaces
-// the record. The HNS version is asked once.
-func (b *Backend) list() error {
+// the record. The HNS version is asked once. The listing counts as made at
+// start (when the sync began, not when the listing returned): the runner
+// counts its intervals from the start of a run, so a period stamped after
+// slow HNS calls would make the next check wait a whole extra interval.
+func (b *Backend) list(start time.Time) error {
 	if b.caps == nil {
 		v, err := b.hns.Version()
 		if err != nil {
@@ -181,8 +186,8 @@ func (b *Backend) list() error {
 	}
 	b.adoptSent(o.rec, true)
 	b.network, b.rec, b.ifaces = n, o.rec, o.ifaces
-	b.lastList = b.clock.Now()
-	b.lastRecheck, b.lastCheck = b.lastList, b.lastList
+	b.lastList = start
+	b.lastRecheck, b.lastCheck = start, start
 	b.routeChecked = nil
 	klog.V(2).InfoS("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
 		"endpoints", len(b.rec.Endpoints), "loadBalancers", len(b.rec.LoadBalancers), "orphans", len(b.rec.Orphans))
