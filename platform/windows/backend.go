@@ -160,10 +160,17 @@ type Backend struct {
 	unsupported []proxy.Unsupported
 	// plans memoizes per-port planning across syncs.
 	plans *PlanCache
-	// sentLBs and sentEP are what kproxy sent for the objects it created,
-	// by lower-case HNS ID: the fields HNS may not return (echo.go).
+	// sentLBs and sentEP are what kproxy sent for the objects it created
+	// (or adopted), by lower-case HNS ID: the fields HNS may not return
+	// (echo.go).
 	sentLBs map[string]sentLB
 	sentEP  map[string]sentEndpoint
+	// echoed are the fields HNS was seen returning (a non-zero value in a
+	// listing): read back zero, they are zero, not "not said".
+	echoed EchoDrops
+	// unadopted: the record comes from a listing whose objects without a
+	// record have not been completed from a plan yet (adoptUnknown).
+	unadopted bool
 	// quar holds what HNS rejected for good, by object (see quarantine.go).
 	quar map[string]*quarantined
 	// sourceVIP is the source VIP found on an overlay network when none is

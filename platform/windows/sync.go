@@ -108,6 +108,12 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, sta
 			pass-- // plan again; this pass made no change to HNS
 			continue
 		}
+		if b.unadopted {
+			// What HNS left out of the listing and kproxy has no record of
+			// (after a restart): unknown, so adopted as planned (echo.go).
+			b.adoptListed(full)
+			b.unadopted = false
+		}
 		b.report(full.Warnings)
 		now := b.clock.Now()
 		plan := holdQuarantined(full, b.rec, b.quar, now)
@@ -184,8 +190,10 @@ func (b *Backend) list(start time.Time) error {
 	if (b.network == nil || b.network.Type != n.Type) && !n.IsOverlay() && b.opts.SourceVIP.IsValid() {
 		klog.InfoS("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
 	}
+	b.echoed |= o.evidence
 	b.adoptSent(o.rec, true)
 	b.network, b.rec, b.ifaces = n, o.rec, o.ifaces
+	b.unadopted = true
 	b.lastList = start
 	b.lastRecheck, b.lastCheck = start, start
 	b.routeChecked = nil
@@ -199,6 +207,8 @@ type observed struct {
 	network *Network
 	rec     *State
 	ifaces  []HostInterface
+	// evidence are the fields the listing shows HNS returns (echo.go).
+	evidence EchoDrops
 }
 
 // read lists the network, its endpoints and the load balancers, without
@@ -227,7 +237,7 @@ func (b *Backend) read() (*observed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing HNS load balancers: %w", err)
 	}
-	o := &observed{network: n, rec: Observe(b.opts.Family, n.ID, eps, lbs)}
+	o := &observed{network: n, rec: Observe(b.opts.Family, n.ID, eps, lbs), evidence: echoEvidence(eps, lbs)}
 	if ifaces, err := b.opts.Interfaces(); err == nil {
 		o.ifaces = ifaces
 	} else {
@@ -305,6 +315,7 @@ func (b *Backend) refreshEndpoints() error {
 		return fmt.Errorf("listing endpoints of HNS network %q: %w", b.network.Name, err)
 	}
 	fresh := Observe(b.opts.Family, b.rec.NetworkID, eps, nil)
+	b.echoed |= echoEvidence(eps, nil)
 	b.adoptSent(fresh, false)
 	for ip, ep := range fresh.Endpoints {
 		if old := b.rec.Endpoints[ip]; old == nil || (old.Remote && !ep.Remote) {
