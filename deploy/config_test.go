@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -46,8 +47,13 @@ func TestProxyConfigFilesDecode(t *testing.T) {
 // the mode themselves.
 func startOptions(t *testing.T, r *rendered, ds *appsv1.DaemonSet, extra ...string) *config.Options {
 	t.Helper()
-	c := proxyContainer(ds)
-	cm, key, err := configSource(r, ds)
+	return containerOptions(t, r, ds, proxyContainer(ds), extra...)
+}
+
+// containerOptions is startOptions for container c of ds.
+func containerOptions(t *testing.T, r *rendered, ds *appsv1.DaemonSet, c *v1.Container, extra ...string) *config.Options {
+	t.Helper()
+	cm, key, err := configSourceOf(r, ds, c)
 	if err != nil {
 		t.Fatalf("DaemonSet %s: %v", ds.Name, err)
 	}
@@ -209,5 +215,45 @@ func TestKubeconfig(t *testing.T) {
 		if u.Name == ctx.AuthInfo && u.AuthInfo.TokenFile != saDir+"/token" {
 			t.Errorf("user %s: tokenFile %q, want the service account's", u.Name, u.AuthInfo.TokenFile)
 		}
+	}
+}
+
+// TestCleanupUsesTheConfiguredNetwork: an operator who names the HNS network
+// in config/windows.yaml (several networks on the host: nothing to detect)
+// gets it in kproxy and in its cleanup alike.
+func TestCleanupUsesTheConfiguredNetwork(t *testing.T) {
+	dir := t.TempDir()
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".go") {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if path == filepath.Join(proxyConfigDir, "windows.yaml") {
+			edited := strings.Replace(string(data), `networkName: ""`, `networkName: "Calico"`, 1)
+			if edited == string(data) {
+				t.Fatalf("%s has no networkName: \"\" line to edit", path)
+			}
+			data = []byte(edited)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, path), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := renderDir(t, dir)
+	if got := startOptions(t, main, main.daemonSet(t, windowsDaemonSet)).Winkernel().NetworkName; got != "Calico" {
+		t.Fatalf("kproxy-windows: network %q, want Calico", got)
+	}
+	cleanup := renderDir(t, filepath.Join(dir, "cleanup"))
+	ds := cleanup.daemonSet(t, "kproxy-cleanup-windows")
+	c := &ds.Spec.Template.Spec.InitContainers[0]
+	if got := containerOptions(t, cleanup, ds, c).Winkernel().NetworkName; got != "Calico" {
+		t.Errorf("kproxy-cleanup-windows: network %q, want Calico (from the ConfigMap, as kproxy-windows)", got)
 	}
 }

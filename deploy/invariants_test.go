@@ -274,14 +274,18 @@ func TestDaemonSetInvariants(t *testing.T) {
 // TestCleanupDaemonSets checks the rollback helpers: they run kproxy
 // --cleanup with the same node access as kproxy, on every node of their OS.
 func TestCleanupDaemonSets(t *testing.T) {
-	_, objs := render(t, "cleanup")
+	r := renderDir(t, "cleanup")
+	main := renderMain(t)
 	seen := map[string]bool{}
-	for _, o := range objs {
-		ds, ok := o.(*appsv1.DaemonSet)
-		if !ok {
-			t.Errorf("unexpected %T", o)
-			continue
+	if len(r.objs) != len(r.daemonSets)+len(r.configMaps) || len(r.configMaps) != 1 {
+		t.Errorf("%d objects, want the DaemonSets and one ConfigMap (%d)", len(r.objs), len(r.configMaps))
+	}
+	for name := range r.configMaps {
+		if main.configMaps[name] != nil {
+			t.Errorf("ConfigMap %s is also kproxy's: deleting the cleanup would delete it", name)
 		}
+	}
+	for _, ds := range r.daemonSets {
 		spec := &ds.Spec.Template.Spec
 		os := spec.NodeSelector[v1.LabelOSStable]
 		seen[os] = true
@@ -309,11 +313,35 @@ func TestCleanupDaemonSets(t *testing.T) {
 				t.Errorf("%s: %v", ds.Name, err)
 			}
 		case "windows":
-			if v, _ := flagValue(c, "proxy-mode"); v != "kernelspace" {
-				t.Errorf("%s: --proxy-mode=%q", ds.Name, v)
-			}
 			if w := spec.SecurityContext; w == nil || w.WindowsOptions == nil || w.WindowsOptions.HostProcess == nil || !*w.WindowsOptions.HostProcess {
 				t.Errorf("%s: not a HostProcess pod", ds.Name)
+			}
+			// kproxy's configuration, from the same file as kproxy's: the
+			// cleanup works on the HNS network kproxy used (on a host with
+			// several networks, auto-detection finds none and only load
+			// balancers would be deleted, leaving kproxy's endpoints).
+			cm, key, err := configSourceOf(r, ds, c)
+			if err != nil {
+				t.Fatalf("%s: %v", ds.Name, err)
+			}
+			mainCM, mainKey, err := configSource(main, main.daemonSet(t, windowsDaemonSet))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if key != mainKey || cm.Data[key] != mainCM.Data[mainKey] {
+				t.Errorf("%s: --config is ConfigMap %s key %q, not the configuration kproxy-windows runs with (%s key %q)", ds.Name, cm.Name, key, mainCM.Name, mainKey)
+			}
+			o := containerOptions(t, r, ds, c)
+			if o.ProxyMode() != config.ModeKernelspace || !o.Cleanup || o.NodeName != testNodeName {
+				t.Errorf("%s: mode %q, cleanup %v, node %q", ds.Name, o.ProxyMode(), o.Cleanup, o.NodeName)
+			}
+			if w := o.Warnings(); len(w) > 0 {
+				t.Errorf("%s: the arguments set what kproxy ignores with --config: %q", ds.Name, w)
+			}
+			for _, e := range c.Env {
+				if e.Name == "KUBE_NETWORK" {
+					t.Errorf("%s: KUBE_NETWORK is set (%q): the network belongs in the ConfigMap", ds.Name, e.Value)
+				}
 			}
 		default:
 			t.Errorf("%s: nodeSelector %v", ds.Name, spec.NodeSelector)
@@ -436,7 +464,11 @@ func hostPathMountOf(spec *v1.PodSpec, c *v1.Container, p string, typ v1.HostPat
 
 // configSource follows --config to the ConfigMap key it is mounted from.
 func configSource(r *rendered, ds *appsv1.DaemonSet) (cm *v1.ConfigMap, key string, err error) {
-	c := proxyContainer(ds)
+	return configSourceOf(r, ds, proxyContainer(ds))
+}
+
+// configSourceOf is configSource for container c of ds.
+func configSourceOf(r *rendered, ds *appsv1.DaemonSet, c *v1.Container) (cm *v1.ConfigMap, key string, err error) {
 	file, ok := flagValue(c, "config")
 	if !ok {
 		return nil, "", fmt.Errorf("no --config flag")

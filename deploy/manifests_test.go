@@ -65,7 +65,13 @@ type rendered struct {
 
 func renderMain(t *testing.T) *rendered {
 	t.Helper()
-	_, objs := render(t, ".")
+	return renderDir(t, ".")
+}
+
+// renderDir renders a kustomization directory, by kind.
+func renderDir(t *testing.T, dir string) *rendered {
+	t.Helper()
+	_, objs := render(t, dir)
 	r := &rendered{
 		objs:                objs,
 		daemonSets:          map[string]*appsv1.DaemonSet{},

@@ -27,12 +27,13 @@ func runCheckHNS(ctx context.Context, args []string, getenv func(string) string,
 	fs := pflag.NewFlagSet("kproxy "+checkHNSCommand, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	network := fs.String("network-name", "", "HNS network (default: $KUBE_NETWORK, else the only L2Bridge or Overlay network)")
-	fake := fs.String("fake", "", `run against kproxy's in-memory fake HNS instead of the host's, on any OS: "exact" (returns every field) or "drop" (leaves out the fields HNS may not return)`)
+	fake := fs.String("fake", "", `run against kproxy's in-memory fake HNS instead of the host's, on any OS: "exact" (returns every field), "drop" (leaves out the fields nothing shows HNS returns) or "drop-all" (also frontend VIPs, names and MACs)`)
+	rootEndpoint := fs.String("root-hnsendpoint-name", windows.DefaultRootHNSEndpointName, "the endpoint the check's forwarded health check goes to (default: when the network has none by that name, the local endpoint the check uses)")
 	var nodeIP, nodeIPv6, sourceVIP, clusterIP, externalIP, remoteIP, podCIDR string
 	fs.StringVar(&nodeIP, "node-ip", "", "this node's IPv4 address (default: the first one of a host interface)")
 	fs.StringVar(&nodeIPv6, "node-ipv6", "", "this node's IPv6 address (default: the first global one of a host interface); with one, IPv6 is checked too")
-	fs.StringVar(&sourceVIP, "source-vip", "", "overlay: the source VIP (default: the Calico_ep endpoint's, else reserved in --pod-cidr)")
-	fs.StringVar(&podCIDR, "pod-cidr", "", "overlay: this node's pod CIDR, to reserve a source VIP in")
+	fs.StringVar(&sourceVIP, "source-vip", "", "overlay: the source VIP (default: the Calico_ep endpoint's, else kproxy's source VIP endpoint's or reservation, else one reserved in --pod-cidr)")
+	fs.StringVar(&podCIDR, "pod-cidr", "", "overlay: this node's pod CIDR, to reserve a source VIP in when kproxy has none on the node yet")
 	fs.StringVar(&clusterIP, "cluster-ip", "", "an unused IPv4 address for the check's ClusterIP (default 198.18.0.10)")
 	fs.StringVar(&externalIP, "external-ip", "", "an unused address for the check's external IP; the LoadBalancer Service uses the next two (default 198.18.0.11)")
 	fs.StringVar(&remoteIP, "remote-ip", "", "an address for the check's remote endpoint (default: in another node's subnet on overlay, else 198.18.1.10)")
@@ -62,14 +63,18 @@ func runCheckHNS(ctx context.Context, args []string, getenv func(string) string,
 			o.NetworkName = getenv(windows.EnvNetworkName)
 		}
 		o.ReserveSourceVIP = windows.ReserveInIPAMStore(getenv(envIPAMDataDir))
+		o.ReservedSourceVIP = windows.FindInIPAMStore(getenv(envIPAMDataDir))
 	case "exact":
 		_, o = windows.FakeNode(0)
 	case "drop":
 		_, o = windows.FakeNode(windows.DropUnechoed)
+	case "drop-all":
+		_, o = windows.FakeNode(windows.DropAll)
 	default:
-		_, _ = fmt.Fprintf(stderr, "kproxy %s: --fake=%q: want exact or drop\n", checkHNSCommand, *fake)
+		_, _ = fmt.Fprintf(stderr, "kproxy %s: --fake=%q: want exact, drop or drop-all\n", checkHNSCommand, *fake)
 		return 2
 	}
+	o.RootHNSEndpointName = *rootEndpoint
 	o.NodePort = *nodePort
 	for _, a := range []struct {
 		flag, v string

@@ -53,3 +53,13 @@ func TestCheckHNSUsage(t *testing.T) {
 		t.Errorf("exit %d for a bad --node-ip, want 2", code)
 	}
 }
+
+func TestCheckHNSFakeDropAll(t *testing.T) {
+	code, stdout, _ := runCheck(t, "--fake=drop-all")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (fields not returned)\n%s", code, stdout)
+	}
+	if !strings.Contains(stdout, "FrontendVIPs") || !strings.Contains(stdout, "(not returned)") || strings.Contains(stdout, "PROBLEM") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+}

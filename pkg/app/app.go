@@ -265,6 +265,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		MaxInterval:  o.SyncPeriod(),
 		FullInterval: o.FullSyncPeriod,
 	})
+	s.runAfter = r.TriggerAfter
 	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "families", fams,
 		"minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
 	rep.starting()

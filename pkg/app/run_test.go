@@ -341,3 +341,48 @@ func TestMetricsServerURLs(t *testing.T) {
 		t.Errorf("/configz does not show the configured mode: %.300s", got.body)
 	}
 }
+
+// TestQuarantineRetryIsScheduled: a backend's quarantined port is retried at
+// its retry time: the runner is asked for a sync then, without any change
+// and long before the periodic sync.
+func TestQuarantineRetryIsScheduled(t *testing.T) {
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
+	hourly := func(o *config.Options, _ *Deps) { o.Config.IPTables.SyncPeriod.Duration = time.Hour }
+	h := start(t, dir, run{tweak: hourly})
+	gen := h.waitSync("first sync", succeeded).gen
+	b := h.backends[v1.IPv4Protocol]
+	const retryIn = time.Second
+	b.mu.Lock()
+	b.quarantine = []proxy.QuarantinedPort{{Name: proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "cache"}, Protocol: v1.ProtocolTCP},
+		Family: v1.IPv4Protocol, Reason: "rejected", Since: h.clock.Now(), Retry: h.clock.Now().Add(retryIn)}}
+	b.mu.Unlock()
+	h.write("cache.yaml", strings.ReplaceAll(localOnlyYAML, "6379", "6380"))
+	h.changed("the sync that publishes the quarantine", gen)
+	// The change may take more than one sync: wait until they are done.
+	last := time.Now()
+	for quiet := false; !quiet; {
+		select {
+		case r := <-h.synced:
+			if r.err != nil {
+				t.Fatalf("sync: %v", r.err)
+			}
+			last = time.Now()
+		case <-time.After(retryIn / 4):
+			quiet = true
+		}
+	}
+	select {
+	case r := <-h.synced:
+		if r.err != nil {
+			t.Fatalf("retry sync: %v", r.err)
+		}
+		if took := time.Since(last); took < retryIn/2 {
+			t.Errorf("retry sync %v after the previous one, want about %v", took, retryIn)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no sync for the quarantined port's retry (the sync period is an hour)")
+	}
+	b.mu.Lock()
+	b.quarantine = nil
+	b.mu.Unlock()
+}

@@ -48,6 +48,9 @@ type syncer struct {
 	listenIPs func(node proxy.Node) []netip.Addr
 	// reported are the Unsupported entries reported and still current.
 	reported map[unsupportedKey]bool
+	// runAfter asks the runner for a sync after a while (the runner's
+	// TriggerAfter): when a quarantined service port is due for a retry.
+	runAfter func(time.Duration)
 }
 
 // maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
@@ -113,6 +116,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	}
 	s.services.Update(healthcheck.ServicesFromSnapshot(snap))
 	s.reporter.forget()
+	s.scheduleRetry()
 
 	s.log.V(2).Info("Synced", "generation", snap.Generation, "full", ch.Full, "changedPorts", len(ch.Ports),
 		"ipv4Ports", snap.IPv4.Len(), "ipv6Ports", snap.IPv6.Len(), "took", s.clock.Since(start))
@@ -120,6 +124,30 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		logChanges(s.log, snap, ch)
 	}
 	return cached, nil
+}
+
+// scheduleRetry asks the runner for a sync when the first quarantined
+// service port is due for a retry: backends retry only when they sync, and
+// without a change the next sync would otherwise be the periodic one.
+func (s *syncer) scheduleRetry() {
+	if s.runAfter == nil {
+		return
+	}
+	var first time.Time
+	for _, b := range s.backends {
+		q, ok := b.Backend.(proxy.Quarantiner)
+		if !ok {
+			continue
+		}
+		for _, p := range q.Quarantined() {
+			if !p.Retry.IsZero() && (first.IsZero() || p.Retry.Before(first)) {
+				first = p.Retry
+			}
+		}
+	}
+	if !first.IsZero() {
+		s.runAfter(first.Sub(s.clock.Now()))
+	}
 }
 
 // ReasonQuarantined is the reason of the warnings about service ports a

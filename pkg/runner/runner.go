@@ -10,12 +10,17 @@
 //     retry): under churn, a failing sync is not repeated every MinInterval.
 //     The first run is full, and a run is full when FullInterval has passed
 //     since the last successful full run.
+//  4. TriggerAfter(d) asks for a run d from now (a retry the function has
+//     scheduled, say), within the bounds of 1 and 3. Requests are not
+//     queued: the earliest is kept until a run starts at or after it, and a
+//     caller asks again after each run.
 //
 // Runs never overlap: Run calls the function from a single goroutine.
 package runner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -41,6 +46,11 @@ type Runner struct {
 	fn      Func
 	opts    Options
 	trigger chan struct{}
+	// wake wakes Run when wakeAt moved earlier.
+	wake chan struct{}
+
+	mu     sync.Mutex
+	wakeAt time.Time // the earliest run asked for by TriggerAfter (zero: none)
 }
 
 // New returns a runner for fn.
@@ -60,7 +70,41 @@ func New(fn Func, opts Options) *Runner {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Runner{fn: fn, opts: opts, trigger: make(chan struct{}, 1)}
+	return &Runner{fn: fn, opts: opts, trigger: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+}
+
+// TriggerAfter asks for a run d from now, or as soon as the bounds allow
+// after that. It never blocks.
+func (r *Runner) TriggerAfter(d time.Duration) {
+	at := r.opts.Clock.Now().Add(max(d, 0))
+	r.mu.Lock()
+	earlier := r.wakeAt.IsZero() || at.Before(r.wakeAt)
+	if earlier {
+		r.wakeAt = at
+	}
+	r.mu.Unlock()
+	if earlier {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// asked returns the run TriggerAfter asked for (zero: none).
+func (r *Runner) asked() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wakeAt
+}
+
+// started forgets the requests a run starting at start satisfies.
+func (r *Runner) started(start time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.wakeAt.IsZero() && !start.Before(r.wakeAt) {
+		r.wakeAt = time.Time{}
+	}
 }
 
 // Trigger asks for a run as soon as the bounds allow. It never blocks.
@@ -93,6 +137,12 @@ func (r *Runner) Run(ctx context.Context) {
 			due = lastRun.Add(r.opts.MinInterval)
 		default:
 			due = lastRun.Add(r.opts.MaxInterval)
+			if at := r.asked(); !at.IsZero() && at.Before(due) {
+				due = at
+				if earliest := lastRun.Add(r.opts.MinInterval); due.Before(earliest) {
+					due = earliest
+				}
+			}
 		}
 		if wait := due.Sub(now); wait > 0 {
 			t := c.NewTimer(wait)
@@ -103,6 +153,9 @@ func (r *Runner) Run(ctx context.Context) {
 			case <-r.trigger:
 				t.Stop()
 				pending = true
+				continue
+			case <-r.wake:
+				t.Stop()
 				continue
 			case <-t.C():
 			}
@@ -115,6 +168,7 @@ func (r *Runner) Run(ctx context.Context) {
 		}
 
 		start := c.Now()
+		r.started(start)
 		full := needFull || start.Sub(lastFull) >= r.opts.FullInterval
 		err := r.fn(ctx, full)
 		lastRun, pending = start, false

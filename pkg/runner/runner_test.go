@@ -178,3 +178,53 @@ func TestPeriodicFullSync(t *testing.T) {
 	h.stepTo(90 * time.Second)
 	h.expect(90*time.Second, false)
 }
+
+func TestTriggerAfter(t *testing.T) {
+	h := newHarness(t, Options{MinInterval: time.Second, MaxInterval: 30 * time.Second}, 0)
+	h.expect(0, true)
+	h.settle()
+	h.r.TriggerAfter(10 * time.Second)
+	h.r.TriggerAfter(5 * time.Second) // earlier: wins
+	h.r.TriggerAfter(20 * time.Second)
+	h.stepTo(4 * time.Second)
+	h.none()
+	h.stepTo(5 * time.Second)
+	h.expect(5*time.Second, false)
+	h.stepTo(34 * time.Second)
+	h.none() // nothing pending: the next run is the periodic one
+	h.stepTo(35 * time.Second)
+	h.expect(35*time.Second, false)
+
+	// Within MinInterval of the last run: at MinInterval.
+	h.settle()
+	h.r.TriggerAfter(0)
+	h.stepTo(35*time.Second + 500*time.Millisecond)
+	h.none()
+	h.stepTo(36 * time.Second)
+	h.expect(36*time.Second, false)
+
+	// Later than MaxInterval: the periodic run comes first, and the request
+	// is still kept.
+	h.settle()
+	h.r.TriggerAfter(40 * time.Second) // at 76s
+	h.stepTo(66 * time.Second)
+	h.expect(66*time.Second, false)
+	h.stepTo(75 * time.Second)
+	h.none()
+	h.stepTo(76 * time.Second)
+	h.expect(76*time.Second, false)
+}
+
+func TestTriggerAfterDoesNotShortenBackoff(t *testing.T) {
+	h := newHarness(t, Options{MinInterval: time.Second, MaxInterval: 30 * time.Second}, 2)
+	h.expect(0, true) // fails: retry after 1s
+	h.stepTo(time.Second)
+	h.expect(time.Second, true) // fails: retry after 2s
+	h.settle()
+	h.r.TriggerAfter(0)
+	time.Sleep(20 * time.Millisecond)
+	h.stepTo(2 * time.Second)
+	h.none()
+	h.stepTo(3 * time.Second)
+	h.expect(3*time.Second, true)
+}

@@ -114,7 +114,7 @@ func (b *Backend) createEndpoint(spec *EndpointSpec) error {
 	}
 	sent := sentFrom(spec)
 	b.sentEP[o.ID] = sent
-	fillEndpoint(o, sent) // what HNS did not return (echo.go)
+	fillEndpoint(o, sent, DropAll) // what HNS did not return (echo.go): it was just created as sent
 	b.rec.setEndpoint(o)
 	return nil
 }

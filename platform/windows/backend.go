@@ -141,8 +141,9 @@ type Backend struct {
 	// rec is what exists in HNS (nil until listed).
 	rec      *State
 	needList bool
-	lastList time.Time
-	// lastCheck is when the record was last checked against HNS (or listed).
+	// lastList and lastCheck are when the sync that last listed HNS, and
+	// the one that last checked the record against HNS (or listed), began.
+	lastList  time.Time
 	lastCheck time.Time
 	// routeChecked are remote addresses outside every remote subnet for
 	// which the network was read again (cleared at each listing): a new
@@ -159,10 +160,17 @@ type Backend struct {
 	unsupported []proxy.Unsupported
 	// plans memoizes per-port planning across syncs.
 	plans *PlanCache
-	// sentLBs and sentEP are what kproxy sent for the objects it created,
-	// by lower-case HNS ID: the fields HNS may not return (echo.go).
+	// sentLBs and sentEP are what kproxy sent for the objects it created
+	// (or adopted), by lower-case HNS ID: the fields HNS may not return
+	// (echo.go).
 	sentLBs map[string]sentLB
 	sentEP  map[string]sentEndpoint
+	// echoed are the fields HNS was seen returning (a non-zero value in a
+	// listing): read back zero, they are zero, not "not said".
+	echoed EchoDrops
+	// unadopted: the record comes from a listing whose objects without a
+	// record have not been completed from a plan yet (adoptUnknown).
+	unadopted bool
 	// quar holds what HNS rejected for good, by object (see quarantine.go).
 	quar map[string]*quarantined
 	// sourceVIP is the source VIP found on an overlay network when none is
@@ -281,7 +289,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 			list = true
 		}
 	}
-	err := b.sync(ctx, snap, list)
+	err := b.sync(ctx, snap, list, now)
 	b.needList = err != nil
 	return err
 }
@@ -315,7 +323,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.list(); err != nil {
+	if err := b.list(b.clock.Now()); err != nil {
 		b.needList = true
 		if !IsNotFound(err) && !errors.Is(err, ErrNoNetwork) {
 			return fmt.Errorf("cleanup: %w", err)

@@ -3,9 +3,13 @@ package windows
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -44,6 +48,7 @@ func TestCheckHNSAgainstExactFake(t *testing.T) {
 		"load balancer v4 TCP *:32767", "PortMappings.Flags", "18",
 		"load balancer v4 TCP 198.18.0.10:80", "load balancer v4 TCP 198.18.0.11:80",
 		"load balancer v4 TCP 198.18.0.13:81", "SourceVIP", "10.244.1.250",
+		"load balancer v4 TCP 198.18.0.13:10256", // the forwarded health check
 		"OK: HNS returned every field",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -116,4 +121,231 @@ func uniq(s []string) []string {
 		}
 	}
 	return out
+}
+
+// writeCheck renders a result for the test's messages.
+func writeCheck(t *testing.T, res *CheckResult) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := res.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// An HNS that leaves out every field it may leave out (frontend VIPs,
+// names and MACs too): reported, and neither the simulated resync nor a
+// fresh backend's sync would change anything.
+func TestCheckHNSAgainstFakeDroppingAll(t *testing.T) {
+	f, o := FakeNode(DropAll)
+	before := f.Dump()
+	res, err := CheckHNS(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := writeCheck(t, res)
+	if len(res.Problems) != 0 {
+		t.Errorf("problems: %q\n%s", res.Problems, out)
+	}
+	var diff []string
+	for _, r := range res.Rows {
+		if !r.OK() {
+			diff = append(diff, r.Field)
+		}
+	}
+	for _, want := range []string{"Name", "MacAddress", "FrontendVIPs", "Policies.ProviderAddress", "SourceVIP"} {
+		if !strings.Contains(","+strings.Join(uniq(diff), ",")+",", ","+want+",") {
+			t.Errorf("%s not reported as not returned:\n%s", want, out)
+		}
+	}
+	mustEqual(t, "HNS after the check", f.Dump(), before)
+}
+
+// The fresh backend's sync is real: what it would change is a problem. Here
+// the check's ClusterIP load balancer disappears between the simulated
+// resync and the fresh backend's listing (the third listing of load
+// balancers).
+func TestCheckHNSFreshSyncFindsChanges(t *testing.T) {
+	f, o := FakeNode(0)
+	before := f.Dump()
+	lists := 0
+	f.OnCall(func(op string) {
+		if op != OpListLoadBalancers {
+			return
+		}
+		if lists++; lists == 3 {
+			for id, lb := range f.lbs { // the fake's lock is held
+				if len(lb.FrontendVIPs) == 1 && lb.FrontendVIPs[0] == "198.18.0.10" {
+					f.dropLB(id)
+				}
+			}
+		}
+	})
+	res, err := CheckHNS(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := writeCheck(t, res)
+	if len(res.Problems) != 1 || !strings.Contains(res.Problems[0], "a sync from a fresh backend") ||
+		!strings.Contains(res.Problems[0], "CreateLoadBalancer TCP 198.18.0.10:80") {
+		t.Errorf("problems %q, want the fresh sync's creation of the lost load balancer\n%s", res.Problems, out)
+	}
+	if res.OK() {
+		t.Errorf("a check with a problem is not OK")
+	}
+	f.OnCall(nil)
+	mustEqual(t, "HNS after the check (nothing created by the fresh sync)", f.Dump(), before)
+}
+
+// Overlay networks are single-stack for kproxy: no IPv6 round there, even
+// when the node has an IPv6 address (the IPv6 round could only fail).
+func TestCheckHNSOverlaySkipsIPv6(t *testing.T) {
+	_, o := FakeNode(0)
+	o.NodeIPv6 = netip.MustParseAddr("2001:db8::1")
+	res, err := CheckHNS(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := writeCheck(t, res)
+	if !res.OK() {
+		t.Errorf("not OK:\n%s", out)
+	}
+	for _, r := range res.Rows {
+		if r.Family == "IPv6" {
+			t.Fatalf("an IPv6 row on an overlay network:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, "IPv6 not checked: network \"vxlan0\" is an overlay network") {
+		t.Errorf("output does not say why IPv6 was not checked:\n%s", out)
+	}
+}
+
+// A flannel node where the check is given no source VIP: it uses the one
+// kproxy uses, as the backend finds it, and says which; with none it says
+// which flags to pass.
+func TestCheckHNSFindsTheSourceVIP(t *testing.T) {
+	reservation := func(t *testing.T, ip string) func(string, bool) (netip.Addr, bool, error) {
+		dir := scratchDir(t)
+		if ip != "" {
+			if err := os.MkdirAll(filepath.Join(dir, "vxlan0"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "vxlan0", ip), []byte(SourceVIPReservationID+"\r\nkproxy"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return FindInIPAMStore(dir)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, f *FakeHNS, o *CheckOptions)
+		want  string // the note, or the error
+		err   bool
+	}{
+		{"reserved by kproxy", func(t *testing.T, f *FakeHNS, o *CheckOptions) {
+			o.ReservedSourceVIP = reservation(t, "10.244.1.254")
+		}, "source VIP 10.244.1.254 (kproxy's reservation in the IPAM store)", false},
+		{"kproxy's endpoint", func(t *testing.T, f *FakeHNS, o *CheckOptions) {
+			live := *o
+			live.SourceVIP = netip.MustParseAddr("10.244.1.250")
+			liveObjects(t, f, live)
+			o.ReservedSourceVIP = reservation(t, "")
+		}, "source VIP 10.244.1.250 (kproxy's source VIP endpoint on the network)", false},
+		{"Calico", func(t *testing.T, f *FakeHNS, o *CheckOptions) {
+			f.AddLocalEndpoint(fakeNetID(t, f, "vxlan0"), netip.MustParseAddr("10.244.1.1"), CalicoEndpointName)
+			o.ReservedSourceVIP = reservation(t, "10.244.1.254")
+		}, "source VIP 10.244.1.1 (the Calico_ep endpoint)", false},
+		{"reserved in --pod-cidr", func(t *testing.T, f *FakeHNS, o *CheckOptions) {
+			o.ReservedSourceVIP = reservation(t, "")
+			o.ReserveSourceVIP = ReserveInIPAMStore(scratchDir(t))
+		}, "source VIP 10.244.1.254 (reserved in the IPAM store)", false},
+		{"none", func(t *testing.T, f *FakeHNS, o *CheckOptions) {
+			o.ReservedSourceVIP = reservation(t, "")
+			o.PodCIDRs = nil
+		}, "pass --source-vip, or --pod-cidr", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, o := FakeNode(0)
+			o.SourceVIP = netip.Addr{} // not given
+			tc.setup(t, f, &o)
+			before := f.Dump()
+			res, err := CheckHNS(context.Background(), o)
+			if tc.err {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one saying %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := writeCheck(t, res)
+			if !res.OK() || !strings.Contains(out, tc.want) {
+				t.Errorf("want OK and %q:\n%s", tc.want, out)
+			}
+			mustEqual(t, "HNS after the check", f.Dump(), before)
+		})
+	}
+}
+
+// The forwarded health check goes to the root endpoint when the network has
+// it.
+func TestCheckHNSHealthCheckToRootEndpoint(t *testing.T) {
+	f, o := FakeNode(0)
+	f.AddLocalEndpoint(fakeNetID(t, f, "vxlan0"), netip.MustParseAddr("10.244.1.2"), "cbr0")
+	res, err := CheckHNS(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := writeCheck(t, res)
+	if !res.OK() || strings.Contains(out, "health check load balancer goes to") {
+		t.Errorf("want OK without a fallback note:\n%s", out)
+	}
+	var hcEndpoints string
+	for _, r := range res.Rows {
+		if r.Object == "load balancer v4 TCP 198.18.0.13:10256" && r.Field == "HostComputeEndpoints" {
+			hcEndpoints = r.Sent
+		}
+	}
+	var root string
+	for _, ep := range f.Endpoints() {
+		if ep.Name == "cbr0" {
+			root = strings.ToLower(ep.ID)
+		}
+	}
+	if hcEndpoints == "" || hcEndpoints != root {
+		t.Errorf("health check load balancer endpoints %q, want the root endpoint %s:\n%s", hcEndpoints, root, out)
+	}
+}
+
+// The first call (Version) is bounded like every other: a hung HNS fails
+// the check instead of hanging it.
+func TestCheckHNSVersionTimesOut(t *testing.T) {
+	f, o := FakeNode(0)
+	release := f.Hang(OpVersion)
+	defer release()
+	o.CallTimeout = 20 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := CheckHNS(context.Background(), o)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var he *Error
+		if !errors.As(err, &he) || he.Code != CodeTimeout {
+			t.Errorf("got %v, want a timeout of %s", err, OpVersion)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("check-hns hangs on a hung Version call")
+	}
+}
+
+func fakeNetID(t *testing.T, f *FakeHNS, name string) string {
+	t.Helper()
+	n, err := f.GetNetwork(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.ID
 }

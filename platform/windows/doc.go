@@ -35,15 +35,16 @@
 //
 // # Ownership and record
 //
-// A load balancer is identified by its whole content (family, protocol,
-// frontend VIPs, ports, flags, distribution, source VIP and sorted endpoint
-// set), so one found in HNS is adopted only if it is exactly what is wanted.
-// At start, HNS is listed once: matching load balancers are kept, differing
-// ones updated or replaced, the rest deleted. Afterwards the backend works
+// A load balancer found in HNS is adopted only if it is what is wanted:
+// same slot (family, protocol, frontend VIPs, external port), internal port
+// and sorted endpoint set, and every other field HNS says (flags,
+// distribution, source VIP) the same; a field HNS leaves out is unknown,
+// never a difference (echo.go). At start, HNS is listed once: matching load
+// balancers are kept, differing ones updated or replaced, the rest deleted. Afterwards the backend works
 // from its record: every CheckPeriod it checks cheaply (IDs only) that what
 // it recorded still exists, and it lists HNS again every ResyncPeriod, after
 // a failed sync and when the check finds something gone. Fields HNS may not
-// return come from its record of what it sent (echo.go). What HNS refuses
+// return come from its record of what it sent or adopted (echo.go). What HNS refuses
 // for good is isolated and retried with backoff (quarantine.go); every call
 // is bounded by a timeout (timeout.go). One Backend handles one IP family; a
 // dual-stack node runs two.

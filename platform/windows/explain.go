@@ -70,6 +70,9 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 	if !live {
 		return e, nil
 	}
+	// What HNS did not say is unknown, as for a backend without a record
+	// (echo.go): taken as planned, not reported as drift.
+	adoptUnknown(plan, obs.rec, DropAll&^obs.evidence, func(string) bool { return false })
 	kinds := map[string]LBKind{}
 	for _, lb := range plan.LoadBalancers {
 		kinds[lb.Slot()] = lb.Kind

@@ -45,6 +45,7 @@ type FakeHNS struct {
 	rejectLB func(*LoadBalancer) error
 	rejectEP func(*Endpoint) error
 	drops    EchoDrops
+	onCall   func(op string)
 }
 
 var _ HNS = (*FakeHNS)(nil)
@@ -81,6 +82,9 @@ var ErrFakeRestarting = errors.New("the HNS service is restarting")
 func (f *FakeHNS) begin(op string) error {
 	f.calls[op]++
 	f.total++
+	if f.onCall != nil {
+		f.onCall(op)
+	}
 	if err, ok := f.failAt[f.total]; ok {
 		delete(f.failAt, f.total)
 		return err

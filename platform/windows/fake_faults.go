@@ -20,9 +20,19 @@ const (
 	DropDistribution                          // port mapping DistributionType
 	DropSourceVIP                             // load balancer SourceVIP
 	DropLBFlags                               // load balancer flags other than IPv6 (DSR)
+	DropFrontendVIPs                          // load balancer FrontendVIPs
+	DropName                                  // endpoint Name
+	DropMAC                                   // endpoint MacAddress
 
-	// DropUnechoed is every field docs/windows.md lists as possibly not returned.
+	// DropUnechoed is every field nothing shows a real HNS returns
+	// (docs/windows.md). Frontend VIPs, names and MACs are returned by the
+	// HNS versions upstream kube-proxy runs on (it finds its load balancers
+	// by frontend VIP and the root endpoint by name); DropAll adds them.
 	DropUnechoed = DropProviderAddress | DropPortFlags | DropDistribution | DropSourceVIP | DropLBFlags
+
+	// DropAll is every field HNS may leave out; the backend treats each as
+	// "not said" when read back zero until HNS is seen returning it (echo.go).
+	DropAll = DropUnechoed | DropFrontendVIPs | DropName | DropMAC
 )
 
 // DropOnRead makes the fake leave these fields out of what it returns.
@@ -41,6 +51,9 @@ func (f *FakeHNS) readLB(lb *LoadBalancer) *LoadBalancer {
 	if f.drops&DropLBFlags != 0 {
 		c.Flags &= LBFlagIPv6
 	}
+	if f.drops&DropFrontendVIPs != 0 {
+		c.FrontendVIPs = nil
+	}
 	for i := range c.PortMappings {
 		if f.drops&DropPortFlags != 0 {
 			c.PortMappings[i].Flags = 0
@@ -57,6 +70,12 @@ func (f *FakeHNS) readEndpoint(ep *Endpoint) *Endpoint {
 	c := cloneEndpoint(ep)
 	if f.drops&DropProviderAddress != 0 {
 		c.Policies = slices.DeleteFunc(c.Policies, func(p EndpointPolicy) bool { return p.Type == PolicyProviderAddress })
+	}
+	if f.drops&DropName != 0 {
+		c.Name = ""
+	}
+	if f.drops&DropMAC != 0 {
+		c.MacAddress = ""
 	}
 	return c
 }
@@ -148,6 +167,15 @@ func (f *FakeHNS) RejectEndpoints(reject func(*Endpoint) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rejectEP = reject
+}
+
+// OnCall makes every call run fn first (with the operation's name), e.g.
+// to advance a fake clock as a slow HNS would. fn runs with the fake's lock
+// held: it must not call the fake. nil removes it.
+func (f *FakeHNS) OnCall(fn func(op string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onCall = fn
 }
 
 // Hang makes every call of op block, before it is counted or does anything,

@@ -66,8 +66,8 @@ const (
 )
 
 // LBSpec is one desired (or observed) HNS load balancer, with its endpoints
-// named by address. Its identity is its whole content: a load balancer found
-// in HNS is kept only if every field matches.
+// named by address. Its key is its whole content: a load balancer found in
+// HNS is kept only if every field matches, those HNS leaves out aside (echo.go).
 type LBSpec struct {
 	// Kind and Owners describe why the load balancer exists; they are not part
 	// of its identity (an observed load balancer has neither).

@@ -378,7 +378,7 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 	for _, fe := range lbFrontends {
 		// Even without endpoints here: the health server then tells the
 		// cloud load balancer to avoid this node.
-		b.healthCheck(p, fe.Addr, famFlag)
+		b.healthCheck(p, fe.Addr, famFlag, preserve)
 	}
 	if len(external2.ips) == 0 && len(local.ips) == 0 {
 		return b.res
@@ -428,7 +428,7 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 
 // healthCheck adds the load balancer that lets a cloud load balancer's
 // health probe to the ingress IP reach the node's health server.
-func (b *portPlanner) healthCheck(p *intent.Port, ip netip.Addr, famFlag LoadBalancerFlags) {
+func (b *portPlanner) healthCheck(p *intent.Port, ip netip.Addr, famFlag LoadBalancerFlags, preserve bool) {
 	f := b.facts
 	if !f.ForwardHealthCheckVIP {
 		return
@@ -445,16 +445,21 @@ func (b *portPlanner) healthCheck(p *intent.Port, ip netip.Addr, famFlag LoadBal
 			"forwardHealthCheckVip is set but the root HNS endpoint is not known: health checks to %s are not forwarded", ip)
 		return
 	}
-	// As upstream: the Service's protocol, and on overlay networks the
-	// source VIP.
+	// As upstream: the Service's protocol, on overlay networks the source
+	// VIP, and for preserve-destination the mux and the destination kept
+	// (without DSR).
 	var src netip.Addr
 	if b.overlay {
 		src = f.SourceVIP
 	}
+	var pflags PortMappingFlags
+	if preserve {
+		pflags = PortFlagUseMux | PortFlagPreserveDIP
+	}
 	lb := &LBSpec{
 		Kind: KindHealthCheck, Owners: []proxy.ServicePortName{p.Name}, FrontendVIPs: []netip.Addr{ip},
-		SourceVIP: src, Protocol: protocolNumber(p.Protocol), InternalPort: port, ExternalPort: port, Flags: famFlag,
-		Endpoints: []netip.Addr{f.RootEndpointIP},
+		SourceVIP: src, Protocol: protocolNumber(p.Protocol), InternalPort: port, ExternalPort: port, PortFlags: pflags,
+		Flags: famFlag, Endpoints: []netip.Addr{f.RootEndpointIP},
 	}
 	b.res.health = append(b.res.health, lb.finish())
 }

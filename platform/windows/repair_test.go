@@ -91,3 +91,37 @@ func overlayNet() Network {
 	n.RemoteSubnets = append([]RemoteSubnet(nil), overlay.RemoteSubnets...)
 	return n
 }
+
+// HNS calls take time, and the runner counts its intervals from the start
+// of a run: the check is due at the first sync one period after the start
+// of the sync that listed or checked, not one period after its HNS calls
+// returned (that would skip a check and repair only a period later).
+func TestBackendCheckCadenceWithSlowHNS(t *testing.T) {
+	h := newHarness(t, l2bridgeNet, hnsModern, func(o *Options) { o.CheckPeriod = 30 * time.Second })
+	h.f.OnCall(func(string) { h.clock.Step(100 * time.Millisecond) }) // every HNS call takes 100 ms
+	s := webAndDNS()
+	start := h.clock.Now()
+	h.mustSync(s, proxy.Changes{Full: true})
+
+	removeLB := func(vip string) {
+		for _, lb := range h.f.LoadBalancers() {
+			if len(lb.FrontendVIPs) == 1 && lb.FrontendVIPs[0] == vip {
+				h.f.RemoveLoadBalancer(lb.ID)
+			}
+		}
+	}
+	removeLB("10.96.0.53")
+	// The runner's next run: one sync period after the first one began.
+	h.clock.SetTime(start.Add(30 * time.Second))
+	expectCalls(t, "first period after the listing", h.mustSync(s, proxy.Changes{}), "CreateLoadBalancer=1 GetNetwork=1 ListEndpoints=1 ListLoadBalancers=2")
+	mustEqual(t, "after the repair", h.f.Dump(), webAndDNSDump)
+
+	// And again from a check (not a listing): the next one is due one
+	// period after that sync began.
+	h.clock.SetTime(start.Add(60 * time.Second))
+	expectCalls(t, "second period", h.mustSync(s, proxy.Changes{}), checkCalls)
+	removeLB("10.96.0.10")
+	h.clock.SetTime(start.Add(90 * time.Second))
+	expectCalls(t, "third period", h.mustSync(s, proxy.Changes{}), "CreateLoadBalancer=1 GetNetwork=1 ListEndpoints=1 ListLoadBalancers=2")
+	mustEqual(t, "after the second repair", h.f.Dump(), webAndDNSDump)
+}

@@ -97,6 +97,41 @@ func (r HostLocalReservation) Reserve(subnet netip.Prefix, avoid func(netip.Addr
 	return netip.Addr{}, fmt.Errorf("reserving a source VIP: no free address in %s (store %s)", subnet, r.Dir)
 }
 
+// Find returns the address of the family reserved for the source VIP in
+// the store, if any, without reserving one (kproxy check-hns, which does
+// not know the node's pod subnet). A missing store holds none.
+func (r HostLocalReservation) Find(v6 bool) (netip.Addr, bool, error) {
+	entries, err := os.ReadDir(r.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return netip.Addr{}, false, nil
+	}
+	if err != nil {
+		return netip.Addr{}, false, fmt.Errorf("reading the IPAM store %s: %w", r.Dir, err)
+	}
+	for _, e := range entries {
+		ip, err := netip.ParseAddr(e.Name())
+		if err != nil || !e.Type().IsRegular() || ip.Is6() != v6 {
+			continue
+		}
+		if owner, err := readOwner(filepath.Join(r.Dir, e.Name())); err == nil && owner == SourceVIPReservationID {
+			return ip, true, nil
+		}
+	}
+	return netip.Addr{}, false, nil
+}
+
+// FindInIPAMStore returns a CheckOptions.ReservedSourceVIP function that
+// looks in the host-local store of the network under dataDir
+// (DefaultIPAMDataDir when empty).
+func FindInIPAMStore(dataDir string) func(network string, v6 bool) (netip.Addr, bool, error) {
+	if dataDir == "" {
+		dataDir = DefaultIPAMDataDir
+	}
+	return func(network string, v6 bool) (netip.Addr, bool, error) {
+		return HostLocalReservation{Dir: filepath.Join(dataDir, network)}.Find(v6)
+	}
+}
+
 // ReserveInIPAMStore returns a ReserveSourceVIP function that reserves in
 // the host-local store of the network under dataDir (DefaultIPAMDataDir when
 // empty): dataDir/<network name>.

@@ -233,3 +233,65 @@ func sortedCopy(s []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// eachUsableLB calls fn for every load balancer whose content is understood:
+// those in a slot and those orphaned as a second one in a slot.
+func (st *State) eachUsableLB(fn func(*ObservedLB)) {
+	for _, slot := range sortedSlots(st.LoadBalancers) {
+		fn(st.LoadBalancers[slot])
+	}
+	for _, o := range st.Orphans {
+		if o.Spec != nil {
+			fn(o)
+		}
+	}
+}
+
+// rekey files the usable load balancers again by the slot of their spec
+// (which adoption may have completed): one per slot, those in first before
+// the others, then by ID; the others are orphans, as Observe makes them.
+func (st *State) rekey(first map[*ObservedLB]bool) {
+	var all []*ObservedLB
+	st.eachUsableLB(func(o *ObservedLB) { all = append(all, o) })
+	sort.SliceStable(all, func(i, j int) bool {
+		if first[all[i]] != first[all[j]] {
+			return first[all[i]]
+		}
+		return all[i].ID < all[j].ID
+	})
+	orphans := st.Orphans[:0:0]
+	for _, o := range st.Orphans {
+		if o.Spec == nil {
+			orphans = append(orphans, o)
+		}
+	}
+	st.LoadBalancers = make(map[string]*ObservedLB, len(st.LoadBalancers))
+	for _, o := range all {
+		o.Slot = o.Spec.slot
+		if _, dup := st.LoadBalancers[o.Slot]; dup {
+			o.Problem = "second load balancer for " + o.Slot
+			orphans = append(orphans, o)
+			continue
+		}
+		o.Problem = ""
+		st.LoadBalancers[o.Slot] = o
+	}
+	st.Orphans = orphans
+}
+
+// orphan makes a usable load balancer an orphan of a slot: Reconcile deletes
+// it before that slot is programmed.
+func (st *State) orphan(o *ObservedLB, slot, problem string) {
+	if o.Spec != nil && st.LoadBalancers[o.Spec.slot] == o {
+		delete(st.LoadBalancers, o.Spec.slot)
+	} else {
+		for i, x := range st.Orphans {
+			if x == o {
+				st.Orphans = append(st.Orphans[:i], st.Orphans[i+1:]...)
+				break
+			}
+		}
+	}
+	o.Slot, o.Problem = slot, problem
+	st.Orphans = append(st.Orphans, o)
+}

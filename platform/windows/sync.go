@@ -51,9 +51,11 @@ func (b *Backend) checkRecord() (string, error) {
 	return "", nil
 }
 
-func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) error {
+// start is when the sync began: the periods (check, resync) are counted
+// from it, as the runner counts its intervals from the start of a run.
+func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, start time.Time) error {
 	if list {
-		if err := b.list(); err != nil {
+		if err := b.list(start); err != nil {
 			return err
 		}
 	}
@@ -96,7 +98,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 				return fmt.Errorf("reading HNS network %q for new remote subnets: %w", b.network.Name, err)
 			}
 			if !strings.EqualFold(n.ID, b.network.ID) {
-				if err := b.list(); err != nil { // recreated
+				if err := b.list(start); err != nil { // recreated
 					return err
 				}
 			} else {
@@ -105,6 +107,12 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 			routesRead = true
 			pass-- // plan again; this pass made no change to HNS
 			continue
+		}
+		if b.unadopted {
+			// What HNS left out of the listing and kproxy has no record of
+			// (after a restart): unknown, so adopted as planned (echo.go).
+			b.adoptListed(full)
+			b.unadopted = false
 		}
 		b.report(full.Warnings)
 		now := b.clock.Now()
@@ -136,7 +144,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 		if res.stale && !res.transient && pass == 1 {
 			// HNS holds something the record does not: list again and adopt.
 			klog.V(2).InfoS("HNS differs from the record; listing again", "family", b.opts.Family)
-			if err := b.list(); err != nil {
+			if err := b.list(start); err != nil {
 				return errors.Join(res.err, err)
 			}
 			continue
@@ -150,8 +158,11 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool) err
 }
 
 // list reads the network, the endpoints and the load balancers, and replaces
-// the record. The HNS version is asked once.
-func (b *Backend) list() error {
+// the record. The HNS version is asked once. The listing counts as made at
+// start (when the sync began, not when the listing returned): the runner
+// counts its intervals from the start of a run, so a period stamped after
+// slow HNS calls would make the next check wait a whole extra interval.
+func (b *Backend) list(start time.Time) error {
 	if b.caps == nil {
 		v, err := b.hns.Version()
 		if err != nil {
@@ -179,10 +190,12 @@ func (b *Backend) list() error {
 	if (b.network == nil || b.network.Type != n.Type) && !n.IsOverlay() && b.opts.SourceVIP.IsValid() {
 		klog.InfoS("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
 	}
+	b.echoed |= o.evidence
 	b.adoptSent(o.rec, true)
 	b.network, b.rec, b.ifaces = n, o.rec, o.ifaces
-	b.lastList = b.clock.Now()
-	b.lastRecheck, b.lastCheck = b.lastList, b.lastList
+	b.unadopted = true
+	b.lastList = start
+	b.lastRecheck, b.lastCheck = start, start
 	b.routeChecked = nil
 	klog.V(2).InfoS("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
 		"endpoints", len(b.rec.Endpoints), "loadBalancers", len(b.rec.LoadBalancers), "orphans", len(b.rec.Orphans))
@@ -194,6 +207,8 @@ type observed struct {
 	network *Network
 	rec     *State
 	ifaces  []HostInterface
+	// evidence are the fields the listing shows HNS returns (echo.go).
+	evidence EchoDrops
 }
 
 // read lists the network, its endpoints and the load balancers, without
@@ -222,7 +237,7 @@ func (b *Backend) read() (*observed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing HNS load balancers: %w", err)
 	}
-	o := &observed{network: n, rec: Observe(b.opts.Family, n.ID, eps, lbs)}
+	o := &observed{network: n, rec: Observe(b.opts.Family, n.ID, eps, lbs), evidence: echoEvidence(eps, lbs)}
 	if ifaces, err := b.opts.Interfaces(); err == nil {
 		o.ifaces = ifaces
 	} else {
@@ -300,6 +315,7 @@ func (b *Backend) refreshEndpoints() error {
 		return fmt.Errorf("listing endpoints of HNS network %q: %w", b.network.Name, err)
 	}
 	fresh := Observe(b.opts.Family, b.rec.NetworkID, eps, nil)
+	b.echoed |= echoEvidence(eps, nil)
 	b.adoptSent(fresh, false)
 	for ip, ep := range fresh.Endpoints {
 		if old := b.rec.Endpoints[ip]; old == nil || (old.Remote && !ep.Remote) {
