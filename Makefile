@@ -80,10 +80,11 @@ test-windows:
 	./platform/windows/wine/setup.sh
 	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
 
-# controlplane: etcd, kube-apiserver and kube-proxy built from Go modules into
-# .build/controlplane/<versions>/ (many minutes cold; seconds once cached).
-# The integration tests and bench-cluster run them; building them here
-# first keeps a cold build out of the tests' deadline.
+# controlplane: etcd, kube-apiserver, kube-proxy and kubectl built from Go
+# modules into .build/controlplane/<versions>/ (many minutes cold; seconds
+# once cached; kubectl, built last, adds about 2 minutes to a cold build).
+# The integration tests, bench-cluster and make cluster run them; building
+# them here first keeps a cold build out of the tests' deadline.
 # bench-soak (not in CI): 10 minutes of the API-server source, cache and
 # runner against a backend that fails every sync, with EndpointSlices
 # churning through node and zone names never seen before; heap and
