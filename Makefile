@@ -47,7 +47,9 @@ test-fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 50000x
 	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
 
+# clean: a cluster still running is taken down first (its state is in .build).
 clean:
+	@if [ -d $(CLUSTER_DIR) ]; then $(MAKE) --no-print-directory cluster-down; fi
 	rm -rf $(BIN) .build
 
 # test-kernel: the real-kernel suites of the Linux backend (network
@@ -69,6 +71,27 @@ test-kernel:
 demo:
 	./platform/linux/e2e/demo.sh
 
+# cluster: a local cluster that keeps running (root; see README's quick start
+# and platform/linux/cluster): kube-apiserver and etcd built from Go modules,
+# kproxy on node1 (iptables) and node2 (nftables), pods with echo servers,
+# all in network namespaces; a daemon owns them, its state, logs and PID in
+# CLUSTER_DIR. It prints the KUBECONFIG and what to try. make shell POD=HOST
+# [CMD="..."] enters a pod's (or node's) namespace; make cluster-down removes
+# everything.
+CLUSTER_DIR    ?= $(CURDIR)/.build/cluster
+POD            ?= client
+KPROXY_CLUSTER := $(CURDIR)/.build/kproxy-cluster
+.PHONY: cluster cluster-down shell
+cluster:
+	@$(GO) build -o $(KPROXY_CLUSTER) ./platform/linux/cluster/cmd/kproxy-cluster
+	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) up
+cluster-down:
+	@$(GO) build -o $(KPROXY_CLUSTER) ./platform/linux/cluster/cmd/kproxy-cluster
+	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) down
+shell:
+	@$(GO) build -o $(KPROXY_CLUSTER) ./platform/linux/cluster/cmd/kproxy-cluster
+	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) shell $(POD) $(CMD)
+
 # test-windows: the Windows test binaries of platform/windows and cmd/kproxy, cross-compiled
 # and run under Wine through the generic `go test -exec` wrapper
 # platform/windows/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64
@@ -80,10 +103,11 @@ test-windows:
 	./platform/windows/wine/setup.sh
 	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
 
-# controlplane: etcd, kube-apiserver and kube-proxy built from Go modules into
-# .build/controlplane/<versions>/ (many minutes cold; seconds once cached).
-# The integration tests and bench-cluster run them; building them here
-# first keeps a cold build out of the tests' deadline.
+# controlplane: etcd, kube-apiserver, kube-proxy and kubectl built from Go
+# modules into .build/controlplane/<versions>/ (many minutes cold; seconds
+# once cached; kubectl, built last, adds about 2 minutes to a cold build).
+# The integration tests, bench-cluster and make cluster run them; building
+# them here first keeps a cold build out of the tests' deadline.
 # bench-soak (not in CI): 10 minutes of the API-server source, cache and
 # runner against a backend that fails every sync, with EndpointSlices
 # churning through node and zone names never seen before; heap and
@@ -101,10 +125,14 @@ controlplane:
 # node network, authorized only by deploy/'s RBAC: Services and
 # EndpointSlices through the API reach the kernel, a 60 s API-server outage,
 # a new cluster behind the same address, node deletion and /healthz,
-# objects kproxy cannot fully use. Root; skips without it, fails under CI=true.
+# objects kproxy cannot fully use. Then make cluster as README's quick start
+# uses it (platform/linux/cluster): make cluster, kubectl apply of the example
+# Service, curl of its ClusterIP from a pod on each node (iptables and
+# nftables) and of its NodePort from outside, make cluster-down, nothing left.
+# Root; skips without it, fails under CI=true.
 
 test-integration: controlplane
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./platform/linux/integration/
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./platform/linux/integration/ ./platform/linux/cluster/
 
 # bench-cluster: BENCH_SERVICES Services × 10 endpoints loaded through the
 # API, then kproxy's start-to-programmed time, one endpoint change, RSS,

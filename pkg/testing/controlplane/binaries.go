@@ -30,13 +30,16 @@ var ErrNotBuilt = errors.New("control-plane binaries are not built (run: make co
 
 // Binaries are the paths of the built servers.
 type Binaries struct {
-	// Dir is the cache directory that holds both binaries.
+	// Dir is the cache directory that holds the binaries.
 	Dir           string
 	Etcd          string
 	KubeAPIServer string
 	// KubeProxy is upstream kube-proxy of the same Kubernetes release, for
 	// the drop-in swap and the differential tests.
 	KubeProxy string
+	// Kubectl is upstream kubectl of the same release, for make cluster and
+	// the test that uses it.
+	Kubectl string
 	// Results says, per binary, whether it was built now and how long it took.
 	Results []BuildResult
 }
@@ -110,6 +113,13 @@ func targets() []target {
 			ldflags:   kubeLdflags,
 			coldHint:  "several minutes cold on 2 cores",
 		},
+		{
+			name:      "kubectl",
+			moduleDir: modulesDir + "/kubectl",
+			pkg:       "k8s.io/kubernetes/cmd/kubectl",
+			ldflags:   kubeLdflags,
+			coldHint:  "about 2 minutes after kube-apiserver and kube-proxy, whose packages it mostly shares",
+		},
 	}
 }
 
@@ -168,8 +178,8 @@ func modulePathOf(gomod []byte) string {
 	return ""
 }
 
-// EnsureBinaries returns the etcd and kube-apiserver binaries, building each
-// one that is missing from the cache directory (see DefaultCacheDir and
+// EnsureBinaries returns the control-plane binaries (etcd, kube-apiserver,
+// kube-proxy and kubectl), building each one that is missing from the cache directory (see DefaultCacheDir and
 // EnvCacheDir). The repository root is found from the working directory.
 // logf (may be nil) receives progress lines.
 func EnsureBinaries(ctx context.Context, logf func(format string, args ...any)) (Binaries, error) {
@@ -211,6 +221,8 @@ func Ensure(ctx context.Context, o BuildOptions) (Binaries, error) {
 			bins.KubeAPIServer = res.Path
 		case "kube-proxy":
 			bins.KubeProxy = res.Path
+		case "kubectl":
+			bins.Kubectl = res.Path
 		}
 	}
 	return bins, nil

@@ -29,6 +29,12 @@ func TestVersionsMatchWrapperModules(t *testing.T) {
 			"k8s.io/kube-proxy => k8s.io/kube-proxy " + StagingVersion,
 			"k8s.io/client-go => k8s.io/client-go " + StagingVersion,
 		}},
+		{"modules/kubectl/go.mod", []string{
+			"k8s.io/kubernetes " + KubernetesVersion,
+			"tool k8s.io/kubernetes/cmd/kubectl",
+			"k8s.io/kubectl => k8s.io/kubectl " + StagingVersion,
+			"k8s.io/cli-runtime => k8s.io/cli-runtime " + StagingVersion,
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.gomod, func(t *testing.T) {
@@ -47,10 +53,10 @@ func TestVersionsMatchWrapperModules(t *testing.T) {
 }
 
 // TestKubeAPIServerReplacesAllStaging checks that every k8s.io module the
-// kube-apiserver and kube-proxy wrappers replace is pinned to StagingVersion
+// kube-apiserver, kube-proxy and kubectl wrappers replace is pinned to StagingVersion
 // (a stray version would build a mixed server).
 func TestKubeAPIServerReplacesAllStaging(t *testing.T) {
-	for _, gomod := range []string{"modules/kube-apiserver/go.mod", "modules/kube-proxy/go.mod"} {
+	for _, gomod := range []string{"modules/kube-apiserver/go.mod", "modules/kube-proxy/go.mod", "modules/kubectl/go.mod"} {
 		t.Run(gomod, func(t *testing.T) { checkStagingReplaces(t, gomod) })
 	}
 }
@@ -201,6 +207,12 @@ func TestEnsureBuildsMissingBinaries(t *testing.T) {
 		{bins.KubeProxy, []string{
 			"dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "kube-proxy")),
 			"pkg=k8s.io/kubernetes/cmd/kube-proxy",
+			"k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
+			"GOWORK=off",
+		}},
+		{bins.Kubectl, []string{
+			"dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "kubectl")),
+			"pkg=k8s.io/kubernetes/cmd/kubectl",
 			"k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
 			"GOWORK=off",
 		}},

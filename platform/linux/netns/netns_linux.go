@@ -126,6 +126,31 @@ func create(ctx context.Context, name string) (*NS, error) {
 	return n, nil
 }
 
+// Open returns the harness namespace called name, created earlier by this
+// or another process (make cluster's daemon, for a shell or kubectl run
+// inside it), after the checks every operation makes: a harness name, an
+// existing namespace, neither this process's nor PID 1's.
+func Open(name string) (*NS, error) {
+	if strings.ContainsAny(name, "/ ") {
+		return nil, fmt.Errorf("netns name %q: must hold no '/' or space: %w", name, ErrInitialNamespace)
+	}
+	n := &NS{Name: name, Path: filepath.Join(runDir, name)}
+	if err := n.guard(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Command returns a command that runs name inside the namespace ("ip netns
+// exec"), for callers that need its standard streams or want to exec it (an
+// interactive shell). It checks the namespace as Exec does.
+func (n *NS) Command(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
+	if err := n.guard(); err != nil {
+		return nil, err
+	}
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...), nil
+}
+
 // remove deletes the namespace after killing every process left in it
 // (processes the harness started; Close stops them first, gracefully). If
 // the name is (wrongly) a handle of a protected namespace, nothing is killed:
@@ -303,6 +328,41 @@ func Sweep(ctx context.Context) ([]string, error) {
 		}
 		pid, _ := strconv.Atoi(m[1])
 		if pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		n := &NS{Name: e.Name(), Path: filepath.Join(runDir, e.Name())}
+		if err := n.remove(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, n.Name)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// clusterID matches a Cluster's ID: the prefix, the creator's pid, a random part.
+var clusterID = regexp.MustCompile(`^` + Prefix + `\d+-[0-9a-f]+$`)
+
+// RemoveCluster deletes the namespaces of one Cluster (named "<id>-<host>")
+// that its creating process left behind, killing any process still inside
+// them, and returns the names it deleted. Unlike Sweep it does not look at
+// the creator: the caller must have stopped it (make cluster-down, after the
+// daemon that owned the Cluster exited).
+func RemoveCluster(ctx context.Context, id string) ([]string, error) {
+	if !clusterID.MatchString(id) {
+		return nil, fmt.Errorf("netns: %q is not a cluster ID (%s<pid>-<hex>)", id, Prefix)
+	}
+	entries, err := os.ReadDir(runDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("netns: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), id+"-") {
 			continue
 		}
 		n := &NS{Name: e.Name(), Path: filepath.Join(runDir, e.Name())}

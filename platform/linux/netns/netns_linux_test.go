@@ -73,6 +73,8 @@ func TestGuardRefusesInitialNamespace(t *testing.T) {
 		{"IP", func(n *NS) error { return n.IP(ctx, "link show lo") }},
 		{"Exec", func(n *NS) error { _, err := n.Exec(ctx, "true"); return err }},
 		{"Sysctl", func(n *NS) error { return n.Sysctl(map[string]string{"net.ipv4.ip_forward": "0"}) }},
+		{"Command", func(n *NS) error { _, err := n.Command(ctx, "true"); return err }},
+		{"Open", func(n *NS) error { _, err := Open(n.Name); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, n := range []*NS{attached, foreign} {
@@ -149,6 +151,56 @@ func TestSweepKeepsLiveRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(live.Path); err != nil {
 		t.Errorf("live namespace gone: %v", err)
+	}
+}
+
+// TestRemoveCluster removes exactly one cluster's namespaces (make
+// cluster-down), whether or not its creator still runs, and Open finds a
+// namespace by name until then.
+func TestRemoveCluster(t *testing.T) {
+	Require(t)
+	ctx := testContext(t, 30*time.Second)
+	id := fmt.Sprintf("%s%d-c1a5", Prefix, os.Getpid())
+	var mine, others []*NS
+	for _, name := range []string{id + "-lan", id + "-node1", id + "ff-node1", fmt.Sprintf("%s%d-0ther-node1", Prefix, os.Getpid())} {
+		n, err := create(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.remove(context.Background()) })
+		if strings.HasPrefix(name, id+"-") {
+			mine = append(mine, n)
+		} else {
+			others = append(others, n)
+		}
+	}
+	if n, err := Open(id + "-node1"); err != nil || n.Path != runDir+"/"+id+"-node1" {
+		t.Fatalf("Open = %v, %v; want the namespace", n, err)
+	}
+	for _, bad := range []string{"", "kpt-", Prefix + "12", Prefix + "12-ab-node1", "other-12-ab", "../kpt-12-ab"} {
+		if _, err := RemoveCluster(ctx, bad); err == nil {
+			t.Errorf("RemoveCluster(%q) accepted a bad cluster ID", bad)
+		}
+	}
+	removed, err := RemoveCluster(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != len(mine) || !contains(removed, mine[0].Name) || !contains(removed, mine[1].Name) {
+		t.Errorf("removed %v, want exactly %s and %s", removed, mine[0], mine[1])
+	}
+	for _, n := range mine {
+		if _, err := os.Stat(n.Path); !os.IsNotExist(err) {
+			t.Errorf("%s still exists (%v)", n, err)
+		}
+		if _, err := Open(n.Name); err == nil {
+			t.Errorf("Open(%s) succeeded after removal", n)
+		}
+	}
+	for _, n := range others {
+		if _, err := os.Stat(n.Path); err != nil {
+			t.Errorf("%s of another cluster was removed: %v", n, err)
+		}
 	}
 }
 

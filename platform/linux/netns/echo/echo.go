@@ -10,6 +10,11 @@
 // over TCP, or one datagram over UDP; the server answers with one JSON line
 // {"name": ..., "client": "ip:port", "echo": ...}. A TCP connection may carry
 // any number of requests.
+//
+// HTTP: a TCP connection whose first line is an HTTP/1.x request line
+// ("GET / HTTP/1.1") gets one HTTP/1.1 200 response whose body is that JSON
+// line (echo: the method and target), then the connection is closed, so
+// curl works against a pod or a Service (make cluster).
 package echo
 
 import (
@@ -137,9 +142,13 @@ func (s *Server) serveTCP(ln net.Listener) {
 			defer conns.Done()
 			defer func() { _ = c.Close() }()
 			r := bufio.NewReaderSize(c, maxRequest)
-			for {
+			for first := true; ; first = false {
 				line, err := r.ReadString('\n')
 				if err != nil {
+					return
+				}
+				if method, target, ok := httpRequestLine(line); first && ok {
+					s.serveHTTP(c, r, method, target)
 					return
 				}
 				if _, err := c.Write(s.answer(c.RemoteAddr(), strings.TrimSuffix(line, "\n"))); err != nil {
@@ -148,6 +157,45 @@ func (s *Server) serveTCP(ln net.Listener) {
 			}
 		}()
 	}
+}
+
+// httpMethods are the methods that start an HTTP request line.
+var httpMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true, "OPTIONS": true, "PATCH": true,
+}
+
+// httpRequestLine reports whether line is an HTTP/1.x request line and
+// returns its method and target.
+func httpRequestLine(line string) (method, target string, ok bool) {
+	f := strings.Fields(strings.TrimRight(line, "\r\n"))
+	if len(f) != 3 || !httpMethods[f[0]] || !strings.HasPrefix(f[2], "HTTP/1.") {
+		return "", "", false
+	}
+	return f[0], f[1], true
+}
+
+// maxHeaders bounds the header lines read from an HTTP request.
+const maxHeaders = 100
+
+// serveHTTP answers one HTTP request whose request line has been read: it
+// reads the header lines (a body is not read), writes one response, and
+// returns; the caller closes the connection.
+func (s *Server) serveHTTP(c net.Conn, r *bufio.Reader, method, target string) {
+	for i := 0; i < maxHeaders; i++ {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if strings.TrimRight(line, "\r\n") == "" {
+			break
+		}
+	}
+	body := s.answer(c.RemoteAddr(), method+" "+target)
+	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body))
+	if method == "HEAD" {
+		body = nil
+	}
+	_, _ = c.Write(append([]byte(head), body...))
 }
 
 func (s *Server) serveUDP(pc net.PacketConn) {

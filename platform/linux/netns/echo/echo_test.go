@@ -2,7 +2,9 @@ package echo
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"testing"
 	"time"
@@ -163,6 +165,74 @@ func TestParse(t *testing.T) {
 		}
 		if tc.want == Failed && r.Err == nil {
 			t.Errorf("parse(%q): failed without an error", tc.line)
+		}
+	}
+}
+
+// TestHTTP: a connection that starts with an HTTP/1.x request line gets one
+// HTTP response whose body is the JSON reply (what curl shows in make
+// cluster); any other first line keeps the line protocol, and an HTTP
+// request line later on a connection is echoed like any other line.
+func TestHTTP(t *testing.T) {
+	tcp, _ := startServer(t)
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + tcp.String() + "/path?x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("status %d, content type %q; want 200 application/json", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	r := parse(string(body))
+	if r.Outcome != Answer || r.Reply.Name != "srv" || r.Reply.Echo != "GET /path?x=1" || r.Source.Addr() != tcp.Addr() {
+		t.Errorf("body %q parsed as %v (echo %q), want an answer from srv echoing GET /path?x=1", body, r, r.Reply.Echo)
+	}
+
+	resp, err = c.Head("http://" + tcp.String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ContentLength <= 0 {
+		t.Errorf("HEAD: status %d, length %d; want 200 with the GET body's length", resp.StatusCode, resp.ContentLength)
+	}
+
+	conn, err := net.Dial("tcp", tcp.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for i, msg := range []string{"GET /", "GET / HTTP/1.1"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r := Exchange(ctx, conn, msg)
+		cancel()
+		if r.Outcome != Answer || r.Reply.Echo != msg {
+			t.Errorf("line %d %q: %v echo %q, want it echoed by the line protocol", i, msg, r, r.Reply.Echo)
+		}
+	}
+}
+
+func TestHTTPRequestLine(t *testing.T) {
+	for _, tc := range []struct {
+		line   string
+		method string
+		ok     bool
+	}{
+		{"GET / HTTP/1.1\r\n", "GET", true},
+		{"HEAD /x HTTP/1.0\n", "HEAD", true},
+		{"GET / HTTP/2\r\n", "", false},
+		{"get / HTTP/1.1\r\n", "", false},
+		{"ping\n", "", false},
+		{"GET /\n", "", false},
+	} {
+		m, _, ok := httpRequestLine(tc.line)
+		if ok != tc.ok || m != tc.method {
+			t.Errorf("httpRequestLine(%q) = %q, %v; want %q, %v", tc.line, m, ok, tc.method, tc.ok)
 		}
 	}
 }
