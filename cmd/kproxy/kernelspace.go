@@ -28,6 +28,7 @@ func hnsOptions(o *config.Options, family v1.IPFamily, hns windows.HNS, env app.
 		RootHNSEndpointName:   w.RootHNSEndpointName,
 		ForwardHealthCheckVIP: w.ForwardHealthCheckVIP,
 		CheckPeriod:           o.SyncPeriod(),
+		Logger:                env.Logger,
 	}
 	if env.Metrics != nil {
 		opts.Metrics = env.Metrics

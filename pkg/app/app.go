@@ -37,6 +37,8 @@ import (
 type Env struct {
 	// NodeName is this node's name.
 	NodeName string
+	// Logger is the app's logger, for the backend's log lines.
+	Logger klog.Logger
 	// Metrics records what only the platform sees: Metrics.IPTables(family)
 	// for the Linux backend, HNSCall/HNSError (platform/windows.Metrics) for
 	// the Windows one. nil in dry runs and cleanups.
@@ -226,7 +228,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 	rep := newReporter(logger, recorder, o.NodeName, uids)
 	warn.Store(rep)
-	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Metrics: m})
+	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Metrics: m, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", name, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/klog/v2"
 )
 
 // applyResult is the outcome of executing a reconciliation.
@@ -47,7 +46,7 @@ func (b *Backend) apply(ctx context.Context, r *Reconciliation) applyResult {
 			break
 		}
 		op := &r.Ops[i]
-		klog.V(4).InfoS("HNS operation", "family", b.opts.Family, "op", op.String())
+		b.log.V(4).Info("HNS operation", "family", b.opts.Family, "op", op.String())
 		err := b.do(op)
 		if err == nil {
 			continue
@@ -59,7 +58,7 @@ func (b *Backend) apply(ctx context.Context, r *Reconciliation) applyResult {
 		if op.Kind == OpKindDeleteEndpoint && ClassOf(err) == ClassInUse && len(res.rejected) > 0 {
 			// Still held by a load balancer whose update HNS refused (it is
 			// kept as it was); the endpoint goes once that one changes.
-			klog.V(2).InfoS("Endpoint kept: still used by a load balancer HNS refused to update", "family", b.opts.Family, "op", op.String())
+			b.log.V(2).Info("Endpoint kept: still used by a load balancer HNS refused to update", "family", b.opts.Family, "op", op.String())
 			continue
 		}
 		errs = append(errs, err)
@@ -210,7 +209,7 @@ func (b *Backend) updateLB(old *ObservedLB, want *LBSpec) error {
 		b.record(old.ID, spec, ids)
 		return nil
 	case IsNotImplemented(err):
-		klog.InfoS("HNS cannot update load balancers in place; deleting and creating them instead", "err", err)
+		b.log.Info("HNS cannot update load balancers in place; deleting and creating them instead", "err", err)
 		b.caps.ModifyLoadBalancer = false
 		return b.replaceLB(old, want)
 	}

@@ -112,6 +112,8 @@ type Options struct {
 	CheckPeriod time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
+	// Logger receives the backend's log lines (zero: klog's global one).
+	Logger klog.Logger
 	// Metrics receives HNS call latencies and error counts (default: none).
 	Metrics Metrics
 	// Offline supplies network facts for DryRun when HNS is nil.
@@ -127,6 +129,7 @@ type Options struct {
 // makes no HNS call.
 type Backend struct {
 	opts  Options
+	log   klog.Logger
 	hns   HNS // instrumented; nil for dry-run only
 	clock clock.PassiveClock
 
@@ -237,8 +240,13 @@ func New(opts Options) (*Backend, error) {
 			opts.SourceVIP = netip.Addr{} // the other family's backend uses it
 		}
 	}
+	log := opts.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
 	b := &Backend{
 		opts:         opts,
+		log:          log,
 		netName:      opts.NetworkName,
 		sentLBs:      make(map[string]sentLB),
 		sentEP:       make(map[string]sentEndpoint),
@@ -250,7 +258,7 @@ func New(opts Options) (*Backend, error) {
 	if opts.HNS != nil {
 		h := opts.HNS
 		if opts.CallTimeout > 0 {
-			h = &timeoutHNS{hns: h, timeout: opts.CallTimeout}
+			h = &timeoutHNS{hns: h, timeout: opts.CallTimeout, log: log}
 		}
 		b.hns = instrumented{hns: h, m: opts.Metrics, clock: opts.Clock}
 	}
@@ -285,7 +293,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 			return err
 		}
 		if gone != "" {
-			klog.InfoS("Objects kproxy programmed are gone from HNS; listing and repairing", "family", b.opts.Family, "gone", gone)
+			b.log.Info("Objects kproxy programmed are gone from HNS; listing and repairing", "family", b.opts.Family, "gone", gone)
 			list = true
 		}
 	}
@@ -330,11 +338,11 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		}
 		// The network is gone (its endpoints with it): delete the family's
 		// load balancers all the same, as upstream does.
-		klog.InfoS("No HNS network; removing every load balancer of the family", "family", b.opts.Family, "reason", err)
+		b.log.Info("No HNS network; removing every load balancer of the family", "family", b.opts.Family, "reason", err)
 		return b.cleanupLoadBalancers()
 	}
 	r := Reconcile(&Plan{Family: b.opts.Family}, b.rec, false)
-	klog.InfoS("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
+	b.log.Info("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
 	res := b.apply(ctx, r)
 	b.needList = true // the next sync starts from a listing
 	if err := res.joined(); err != nil {
@@ -361,7 +369,7 @@ func (b *Backend) cleanupLoadBalancers() error {
 		}
 		n++
 	}
-	klog.InfoS("Removed HNS load balancers", "family", b.opts.Family, "count", n)
+	b.log.Info("Removed HNS load balancers", "family", b.opts.Family, "count", n)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/klog/v2"
 	"net/netip"
 	"sort"
 	"strings"
@@ -146,7 +147,7 @@ func CheckHNS(ctx context.Context, o CheckOptions) (*CheckResult, error) {
 	}
 	fillCheckDefaults(&o)
 	if o.CallTimeout > 0 {
-		o.HNS = &timeoutHNS{hns: o.HNS, timeout: o.CallTimeout}
+		o.HNS = &timeoutHNS{hns: o.HNS, timeout: o.CallTimeout, log: klog.Background()}
 	}
 	res := &CheckResult{}
 	v, err := o.HNS.Version()

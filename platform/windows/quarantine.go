@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -200,17 +199,17 @@ func (b *Backend) updateQuarantine(plan *Plan, rejected []rejection, now time.Ti
 		}
 		x.retry = now.Add(x.backoff)
 		if b.quar[k] == nil {
-			klog.InfoS("HNS rejected an object; left out and retried with backoff", "family", b.opts.Family,
+			b.log.Info("HNS rejected an object; left out and retried with backoff", "family", b.opts.Family,
 				"object", k, "services", ownerNames(owners), "retry", x.backoff, "err", r.err)
 		} else {
-			klog.V(2).InfoS("HNS rejected an object again", "family", b.opts.Family,
+			b.log.V(2).Info("HNS rejected an object again", "family", b.opts.Family,
 				"object", k, "services", ownerNames(owners), "retry", x.backoff, "err", r.err)
 		}
 		next[k] = x
 	}
 	for k := range b.quar {
 		if next[k] == nil {
-			klog.InfoS("HNS accepted an object it had rejected, or it is no longer wanted", "family", b.opts.Family, "object", k)
+			b.log.Info("HNS accepted an object it had rejected, or it is no longer wanted", "family", b.opts.Family, "object", k)
 		}
 	}
 	b.quar = next

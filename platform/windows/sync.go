@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -64,7 +63,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, sta
 		// HNS before 11.10 has no IPv6 load balancers.
 		if !b.idleLogged {
 			b.idleLogged = true
-			klog.InfoS("IPv6 Services are not programmed: this node is single-stack for kproxy",
+			b.log.Info("IPv6 Services are not programmed: this node is single-stack for kproxy",
 				"network", b.network.Name, "overlay", b.network.IsOverlay(), "hnsSupportsIPv6", b.caps.IPv6)
 		}
 		return nil
@@ -75,7 +74,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, sta
 			b.withoutSourceVIP(snap, err)
 			return nil
 		}
-		klog.InfoS("Source VIP found", "family", b.opts.Family, "network", b.network.Name, "sourceVIP", ip, "from", from)
+		b.log.Info("Source VIP found", "family", b.opts.Family, "network", b.network.Name, "sourceVIP", ip, "from", from)
 		b.sourceVIP = ip
 		if b.noVIP != nil {
 			b.noVIP = nil
@@ -131,19 +130,19 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, sta
 			b.missingLocal[ip] = true
 		}
 		if len(r.MissingLocal) > 0 {
-			klog.V(2).InfoS("Local endpoints not in HNS yet, left out of load balancers", "family", b.opts.Family, "addresses", r.MissingLocal)
+			b.log.V(2).Info("Local endpoints not in HNS yet, left out of load balancers", "family", b.opts.Family, "addresses", r.MissingLocal)
 		}
 		if r.Empty() {
-			klog.V(4).InfoS("HNS already matches", "family", b.opts.Family, "loadBalancers", len(plan.LoadBalancers))
+			b.log.V(4).Info("HNS already matches", "family", b.opts.Family, "loadBalancers", len(plan.LoadBalancers))
 			b.updateQuarantine(full, rejected, now)
 			return nil
 		}
-		klog.V(2).InfoS("Programming HNS", "family", b.opts.Family, "operations", len(r.Ops), "loadBalancers", len(plan.LoadBalancers), "endpoints", len(plan.Endpoints))
+		b.log.V(2).Info("Programming HNS", "family", b.opts.Family, "operations", len(r.Ops), "loadBalancers", len(plan.LoadBalancers), "endpoints", len(plan.Endpoints))
 		res := b.apply(ctx, r)
 		rejected = append(rejected, res.rejected...)
 		if res.stale && !res.transient && pass == 1 {
 			// HNS holds something the record does not: list again and adopt.
-			klog.V(2).InfoS("HNS differs from the record; listing again", "family", b.opts.Family)
+			b.log.V(2).Info("HNS differs from the record; listing again", "family", b.opts.Family)
 			if err := b.list(start); err != nil {
 				return errors.Join(res.err, err)
 			}
@@ -170,10 +169,10 @@ func (b *Backend) list(start time.Time) error {
 		}
 		caps := CapabilitiesFor(v)
 		b.caps = &caps
-		klog.InfoS("HNS capabilities", "version", v.String(), "dsr", caps.DSR, "sessionAffinity", caps.SessionAffinity,
+		b.log.Info("HNS capabilities", "version", v.String(), "dsr", caps.DSR, "sessionAffinity", caps.SessionAffinity,
 			"ipv6", caps.IPv6, "modifyLoadBalancer", caps.ModifyLoadBalancer)
 		if b.opts.EnableDSR && !caps.DSR {
-			klog.InfoS("DSR is enabled but this HNS does not support it; load balancers are programmed without DSR", "version", v.String())
+			b.log.Info("DSR is enabled but this HNS does not support it; load balancers are programmed without DSR", "version", v.String())
 		}
 	}
 	o, err := b.read()
@@ -182,13 +181,13 @@ func (b *Backend) list(start time.Time) error {
 	}
 	n := o.network
 	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
-		klog.InfoS("HNS network was recreated; reprogramming everything", "network", n.Name, "oldID", b.network.ID, "newID", n.ID)
+		b.log.Info("HNS network was recreated; reprogramming everything", "network", n.Name, "oldID", b.network.ID, "newID", n.ID)
 	}
 	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
 		b.sourceVIP = netip.Addr{} // found again on the new network
 	}
 	if (b.network == nil || b.network.Type != n.Type) && !n.IsOverlay() && b.opts.SourceVIP.IsValid() {
-		klog.InfoS("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
+		b.log.Info("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
 	}
 	b.echoed |= o.evidence
 	b.adoptSent(o.rec, true)
@@ -197,7 +196,7 @@ func (b *Backend) list(start time.Time) error {
 	b.lastList = start
 	b.lastRecheck, b.lastCheck = start, start
 	b.routeChecked = nil
-	klog.V(2).InfoS("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
+	b.log.V(2).Info("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
 		"endpoints", len(b.rec.Endpoints), "loadBalancers", len(b.rec.LoadBalancers), "orphans", len(b.rec.Orphans))
 	return nil
 }
@@ -219,7 +218,7 @@ func (b *Backend) read() (*observed, error) {
 		if err != nil {
 			return nil, err
 		}
-		klog.InfoS("HNS network found", "network", name, "why", "no network name configured and it is the only L2Bridge or Overlay network")
+		b.log.Info("HNS network found", "network", name, "why", "no network name configured and it is the only L2Bridge or Overlay network")
 		b.netName = name
 	}
 	n, err := b.hns.GetNetwork(b.netName)
@@ -241,7 +240,7 @@ func (b *Backend) read() (*observed, error) {
 	if ifaces, err := b.opts.Interfaces(); err == nil {
 		o.ifaces = ifaces
 	} else {
-		klog.V(2).InfoS("Cannot list host interfaces; node IP and MAC from the Node object only", "err", err)
+		b.log.V(2).Info("Cannot list host interfaces; node IP and MAC from the Node object only", "err", err)
 	}
 	return o, nil
 }
@@ -354,7 +353,7 @@ func (b *Backend) recheckMissing(ips []netip.Addr) bool {
 func (b *Backend) withoutSourceVIP(snap *proxy.Snapshot, err error) {
 	now := b.clock.Now()
 	if b.noVIP == nil {
-		klog.ErrorS(err, "No source VIP on the overlay network: no Service is programmed until one is found",
+		b.log.Error(err, "No source VIP on the overlay network: no Service is programmed until one is found",
 			"family", b.opts.Family, "network", b.network.Name)
 	}
 	var ports []proxy.QuarantinedPort

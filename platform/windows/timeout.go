@@ -25,6 +25,7 @@ const CodeTimeout uint32 = 0x5b4
 // returns late may have done its work (a load balancer created after all);
 // the failed sync makes the next one list HNS, which adopts or deletes it.
 type timeoutHNS struct {
+	log klog.Logger
 	hns     HNS
 	timeout time.Duration
 
@@ -70,7 +71,7 @@ func timed[T any](h *timeoutHNS, op string, f func() (T, error)) (T, error) {
 		h.mu.Lock()
 		h.stuck = ""
 		h.mu.Unlock()
-		klog.InfoS("An HNS call that timed out has returned", "op", op, "err", r.err)
+		h.log.Info("An HNS call that timed out has returned", "op", op, "err", r.err)
 	}()
 	return zero, NewError(op, CodeTimeout, fmt.Errorf("no answer within %s", h.timeout))
 }
