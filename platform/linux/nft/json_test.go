@@ -330,3 +330,21 @@ func TestCanonRule(t *testing.T) {
 		}
 	}
 }
+
+// TestParseJSONTimedElements: the clients an affinity set holds are listed
+// as timed elements (captured from nft 1.0.6: one added with the set's
+// timeout, one with its own); they are read as the set's elements.
+func TestParseJSONTimedElements(t *testing.T) {
+	const doc = `{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}}, {"table": {"family": "ip", "name": "kproxy", "handle": 1}}, {"set": {"family": "ip", "name": "aff-x", "table": "kproxy", "type": "ipv4_addr", "handle": 1, "flags": ["timeout"], "timeout": 30, "elem": [{"elem": {"val": "10.0.0.1", "expires": 29}}, {"elem": {"val": "10.0.0.2", "timeout": 10, "expires": 9}}]}}]}`
+	l, err := ParseJSON(knftables.IPv4Family, TableName, []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := l.Model.Sets["aff-x"]
+	if s == nil || s.IsMap || len(s.Elements) != 2 || s.Elements["10.0.0.1"].Key[0] != "10.0.0.1" || s.Elements["10.0.0.2"].Key[0] != "10.0.0.2" {
+		t.Fatalf("aff-x: %+v", s)
+	}
+	if !strings.Contains(s.Spec, "timeout 30s") {
+		t.Errorf("spec %q", s.Spec)
+	}
+}
