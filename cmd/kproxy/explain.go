@@ -33,10 +33,11 @@ const explainUsage = `Usage: kproxy explain --to ADDRESS:PORT[/tcp|udp|sctp] [--
 Tells where a new connection to a Service address goes on one node, and why:
 the frontend matched, the verdict (DNAT to endpoints with their chances,
 REJECT, DROP, not handled), masquerade and the policies that decided, and the
-path through the rules (iptables) or HNS load balancers (kernelspace).
+path through the rules (iptables), chains, maps and elements (nftables) or
+HNS load balancers (kernelspace).
 Planned (default): from kproxy's own plan, on any OS for any mode.
---live: from the node's iptables (Linux) or HNS (Windows), with every drift
-from the plan. The nftables mode is not covered yet.
+--live: from the node's iptables or kproxy's nftables table (Linux) or HNS
+(Windows), with every drift from the plan.
 
 `
 
@@ -56,7 +57,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.BoolVar(&f.fromNode, "from-node", false, "the client is the node itself (a host process)")
 	fs.BoolVar(&f.fromOutside, "from-outside", false, "the client is routed in from elsewhere (another node, outside the cluster)")
 	fs.StringVar(&f.node, "node", "", "the node to explain for (default: --hostname-override, else this host's name)")
-	fs.BoolVar(&f.live, "live", false, "trace what is programmed on this node (iptables-save, HNS) and report drift from the plan")
+	fs.BoolVar(&f.live, "live", false, "trace what is programmed on this node (iptables-save, nft -j list table, HNS) and report drift from the plan")
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -97,7 +98,7 @@ func explainMain(ctx context.Context, fs *pflag.FlagSet, o *config.Options, f ex
 	mode := string(o.ProxyMode())
 	newTracer := explainModes()[mode]
 	if newTracer == nil {
-		return fmt.Errorf("proxy mode %q cannot be explained (iptables and kernelspace can; nftables is not covered yet)", mode)
+		return fmt.Errorf("proxy mode %q cannot be explained (iptables, nftables and kernelspace can)", mode)
 	}
 	snap, err := app.Snapshot(ctx, o)
 	if err != nil {

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -11,6 +16,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/platform/linux/nft"
 )
 
 // liveIptablesTracer reads the nat and filter tables of fam with
@@ -34,4 +40,49 @@ func liveIptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 	}
 	t, err := linux.LiveIptables(iptablesConfig(o, fam), snap, local, save)
 	return t, local, err
+}
+
+// liveNFTablesTracer reads kproxy's nftables table of fam (nft -j list
+// table), the base chains of every table (nft -j list chains) and the
+// node's addresses.
+func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily) (explain.Tracer, []netip.Addr, error) {
+	local, err := linux.ProcHost().LocalAddresses()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	var in linux.NFTLive
+	table, err := runNFT(ctx, "-j", "list", "table", string(nft.Family(fam)), nft.TableName)
+	switch {
+	case err == nil:
+		in.Table = table
+	case errors.Is(err, errNoTable):
+		// No table: nothing of kproxy's is installed (the drift says so).
+	default:
+		return nil, nil, err
+	}
+	if in.Chains, err = runNFT(ctx, "-j", "list", "chains"); err != nil {
+		return nil, nil, err
+	}
+	t, err := linux.LiveNFT(nftablesConfig(o, fam), snap, local, in)
+	return t, local, err
+}
+
+var errNoTable = errors.New("no such table")
+
+// runNFT runs nft with args and returns what it printed; errNoTable when
+// it says the table does not exist.
+func runNFT(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "nft", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "No such file or directory") {
+			return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), errNoTable, msg)
+		}
+		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, msg)
+	}
+	return stdout.Bytes(), nil
 }

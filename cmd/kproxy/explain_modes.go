@@ -20,10 +20,11 @@ import (
 type newTracer func(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error)
 
 // explainModes are the modes `kproxy explain` covers. A mode is a tracer
-// (plan → trace); nftables will add one when its backend exists.
+// (plan → trace).
 func explainModes() map[string]newTracer {
 	return map[string]newTracer{
 		string(config.ModeIPTables):    iptablesTracer,
+		string(config.ModeNFTables):    nftablesTracer,
 		string(config.ModeKernelspace): kernelspaceTracer,
 	}
 }
@@ -40,6 +41,15 @@ func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot
 	}
 	local := plannedNodeAddrs(snap)
 	t, err := linux.PlannedIptables(iptablesConfig(o, fam), snap, local)
+	return t, local, err
+}
+
+func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
+	if live {
+		return liveNFTablesTracer(ctx, o, snap, fam)
+	}
+	local := plannedNodeAddrs(snap)
+	t, err := linux.PlannedNFT(nftablesConfig(o, fam), snap, local)
 	return t, local, err
 }
 

@@ -17,3 +17,7 @@ import (
 func liveIptablesTracer(context.Context, *config.Options, *proxy.Snapshot, v1.IPFamily) (explain.Tracer, []netip.Addr, error) {
 	return nil, nil, errors.New("--live with the iptables mode runs only on a Linux node")
 }
+
+func liveNFTablesTracer(context.Context, *config.Options, *proxy.Snapshot, v1.IPFamily) (explain.Tracer, []netip.Addr, error) {
+	return nil, nil, errors.New("--live with the nftables mode runs only on a Linux node")
+}

@@ -33,8 +33,14 @@ func tableOptions(t *testing.T, topo *proxytest.Topology, pc proxytest.Config, m
 	if pc.MasqueradeAll {
 		args = append(args, "--masquerade-all")
 	}
-	if pc.NodePortAddresses != "" {
+	switch {
+	case pc.NodePortAddresses != "":
 		args = append(args, "--nodeport-addresses", pc.NodePortAddresses)
+	case mode == string(config.ModeNFTables):
+		// The nftables mode defaults to the primary node IPs (as
+		// upstream's); the table's default is every local address (as in
+		// the e2e runs of that mode).
+		args = append(args, "--nodeport-addresses", "0.0.0.0/0,::/0")
 	}
 	return tableOptionsFromArgs(t, args)
 }
@@ -99,7 +105,7 @@ func reached(topo *proxytest.Topology, res *explain.Result) ([]string, error) {
 
 // TestExplainBehaviourTable: for every row of the shared behaviour table,
 // `kproxy explain` (planned) gives the endpoint set and masquerade decision
-// the row expects, for the iptables and the kernelspace modes. Rows a
+// the row expects, for the iptables, nftables and kernelspace modes. Rows a
 // platform does not support check what it does instead.
 func TestExplainBehaviourTable(t *testing.T) {
 	tb, err := proxytest.New()
@@ -118,15 +124,23 @@ func TestExplainBehaviourTable(t *testing.T) {
 			}
 		}
 		snap := cache.Build(topo.ProxyNode, nodeObj, svcs, slices)
-		for _, mode := range []string{string(config.ModeIPTables), string(config.ModeKernelspace)} {
+		for _, mode := range []string{string(config.ModeIPTables), string(config.ModeNFTables), string(config.ModeKernelspace)} {
 			o := tableOptions(t, topo, pc, mode)
 			tracers := map[v1.IPFamily]explain.Tracer{}
 			nodeAddrs := map[v1.IPFamily][]netip.Addr{}
 			for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-				if mode == string(config.ModeIPTables) {
-					loop := map[v1.IPFamily]netip.Addr{v1.IPv4Protocol: netip.MustParseAddr("127.0.0.1"), v1.IPv6Protocol: netip.IPv6Loopback()}[fam]
-					local := append(node1.Addrs(fam), loop)
+				loop := map[v1.IPFamily]netip.Addr{v1.IPv4Protocol: netip.MustParseAddr("127.0.0.1"), v1.IPv6Protocol: netip.IPv6Loopback()}[fam]
+				local := append(node1.Addrs(fam), loop)
+				switch mode {
+				case string(config.ModeIPTables):
 					tr, err := linux.PlannedIptables(iptablesConfig(o, fam), snap, local)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tracers[fam], nodeAddrs[fam] = tr, local
+					continue
+				case string(config.ModeNFTables):
+					tr, err := linux.PlannedNFT(nftablesConfig(o, fam), snap, local)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -147,17 +161,17 @@ func TestExplainBehaviourTable(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if mode == string(config.ModeIPTables) {
-						checkIptablesRow(t, topo, row, q, res)
-					} else {
+					if mode == string(config.ModeKernelspace) {
 						checkKernelspaceRow(t, topo, row, q, res)
+					} else {
+						checkLinuxRow(t, topo, row, q, res)
 					}
 					checked[mode]++
 				})
 			}
 		}
 	}
-	if checked["iptables"] < 100 || checked["kernelspace"] < 100 {
+	if checked["iptables"] < 100 || checked["nftables"] < 100 || checked["kernelspace"] < 100 {
 		t.Errorf("rows checked: %v, want the whole table for each mode", checked)
 	}
 }
@@ -216,10 +230,10 @@ func checkAnswer(t *testing.T, topo *proxytest.Topology, row proxytest.Row, q ex
 	}
 }
 
-// checkIptablesRow: what the rules leave alone meets the node's stack, as in
-// the kernel runs: a local destination nothing listens on refuses, anything
-// else is lost.
-func checkIptablesRow(t *testing.T, topo *proxytest.Topology, row proxytest.Row, q explain.Query, res *explain.Result) {
+// checkLinuxRow (iptables and nftables): what the rules leave alone meets
+// the node's stack, as in the kernel runs: a local destination nothing
+// listens on refuses, anything else is lost.
+func checkLinuxRow(t *testing.T, topo *proxytest.Topology, row proxytest.Row, q explain.Query, res *explain.Result) {
 	if reason := row.Skip(proxytest.Linux); reason != "" {
 		t.Skipf("not supported on Linux: %s", reason)
 	}

@@ -57,8 +57,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			}
 			return nil, fmt.Errorf("%s: the nftables mode needs the nft tool and nftables in the kernel: %w", fam, err)
 		}
-		cfg := iptablesConfig(o, fam)
-		cfg.RandomFully = true // nftables has always had it
+		cfg := nftablesConfig(o, fam)
 		takeOver := o.TakeOverKubeProxy
 		b, err := linux.NewNFT(linux.NFTOptions{
 			Rules:     cfg,

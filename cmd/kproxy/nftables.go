@@ -7,7 +7,17 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/rules"
 )
+
+// nftablesConfig is the nftables backend's configuration of one family:
+// the settings both Linux modes share, masquerading fully random (nftables
+// has always had it).
+func nftablesConfig(o *config.Options, fam v1.IPFamily) rules.Config {
+	cfg := iptablesConfig(o, fam)
+	cfg.RandomFully = true
+	return cfg
+}
 
 // nftablesDryRun renders the nft -f input of both families. It never
 // touches the kernel (in-memory nftables), on any OS; the node's local
@@ -17,7 +27,7 @@ func nftablesDryRun(o *config.Options) (proxy.DryRunner, error) {
 	var fan proxy.FanOut
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := linux.NewNFT(linux.NFTOptions{
-			Rules:     iptablesConfig(o, fam),
+			Rules:     nftablesConfig(o, fam),
 			NFT:       nft.NewFake(nft.Family(fam), nft.TableName),
 			Conntrack: &linux.FakeConntrack{},
 			Host:      host,

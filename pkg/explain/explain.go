@@ -7,7 +7,7 @@
 // The package is pure and platform-neutral: it reads a Snapshot (what the
 // cache selected) and asks a Tracer, one per proxy mode, to follow the packet
 // through that mode's programming, either as kproxy plans it or as it is live
-// on the node. A new mode (nftables) only needs a Tracer.
+// on the node. A new mode only needs a Tracer.
 package explain
 
 import (
@@ -85,6 +85,9 @@ const (
 	NotHandled Verdict = "not handled by kproxy"
 	// Mixed: some of the possible outcomes differ (shown per target).
 	Mixed Verdict = "mixed"
+	// Unknown: the packet meets programming the tracer cannot read (a
+	// rule kproxy did not write, live): what happens is not simulated.
+	Unknown Verdict = "not simulated"
 )
 
 // Target is one possible fate of the connection.
@@ -127,8 +130,8 @@ type Trace struct {
 }
 
 // Tracer follows a query through one proxy mode's programming of the node
-// (as planned, or live). Implementations: platform/linux (iptables),
-// platform/windows (kernelspace).
+// (as planned, or live). Implementations: platform/linux (iptables,
+// nftables), platform/windows (kernelspace).
 type Tracer interface {
 	Trace(q Query) (*Trace, error)
 }

@@ -298,8 +298,13 @@ func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *prox
 // facts derives the node-wide facts of the family from the Node and the
 // local addresses.
 func (b *NFTBackend) facts(n proxy.Node) (nft.Node, intent.Config) {
-	cfg := b.opts.Rules
-	icfg := intent.Config{Family: b.family, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: rules.NodeIPs(cfg, n, b.localAddrs)}
+	return nftFacts(b.opts.Rules, n, b.localAddrs)
+}
+
+// nftFacts derives the node-wide facts of cfg's family from the Node and
+// the node's local addresses.
+func nftFacts(cfg rules.Config, n proxy.Node, localAddrs []netip.Addr) (nft.Node, intent.Config) {
+	icfg := intent.Config{Family: cfg.Family, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: rules.NodeIPs(cfg, n, localAddrs)}
 	var node nft.Node
 	switch cfg.LocalDetect {
 	case rules.LocalBridgeInterface, rules.LocalInterfaceNamePrefix:
@@ -313,7 +318,7 @@ func (b *NFTBackend) facts(n proxy.Node) (nft.Node, intent.Config) {
 		node.PodSources = true
 	}
 	icfg.PodSources = node.PodSources
-	node.NodePortsAll, node.NodePortIPs = rules.NodePortDestinations(cfg, n, b.localAddrs)
+	node.NodePortsAll, node.NodePortIPs = rules.NodePortDestinations(cfg, n, localAddrs)
 	node.Localhost = cfg.Family == v1.IPv4Protocol && cfg.LocalhostNodePorts &&
 		(node.NodePortsAll || slices.ContainsFunc(node.NodePortIPs, netip.Addr.IsLoopback))
 	return node, icfg

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
-
 )
 
 // applyResult is the outcome of executing a reconciliation.

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 

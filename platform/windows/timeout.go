@@ -25,7 +25,7 @@ const CodeTimeout uint32 = 0x5b4
 // returns late may have done its work (a load balancer created after all);
 // the failed sync makes the next one list HNS, which adopts or deletes it.
 type timeoutHNS struct {
-	log klog.Logger
+	log     klog.Logger
 	hns     HNS
 	timeout time.Duration
 

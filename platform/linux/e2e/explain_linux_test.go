@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxytest"
@@ -37,11 +40,13 @@ func (e *env) explainLive(to netip.AddrPort, from netip.Addr) *explain.Result {
 }
 
 // TestExplainLiveAgreesWithTraffic: `kproxy explain --live` inside node1
-// names the endpoints traffic really reaches; after someone flushes nat
-// PREROUTING it names the missing jump (and says a pod's connection is not
-// handled); after `kproxy --cleanup` it says nothing handles the address.
+// names the endpoints traffic really reaches; after someone breaks kproxy's
+// programming it names what is missing and says a pod's connection is not
+// handled (iptables: an external flush of nat PREROUTING, the missing jump;
+// nftables: a flush of the frontends map, its missing elements, then the
+// table deleted, the missing table); after `kproxy --cleanup` it says
+// nothing handles the address.
 func TestExplainLiveAgreesWithTraffic(t *testing.T) {
-	iptablesOnly(t, "kproxy explain --live reads iptables-save")
 	top := proxytest.Default()
 	svc := top.Service("explained", 120)
 	backends := []string{proxytest.PodA1, proxytest.PodB1}
@@ -83,18 +88,39 @@ func TestExplainLiveAgreesWithTraffic(t *testing.T) {
 		}
 	}
 
-	// Someone flushes nat PREROUTING.
-	for _, fam := range families() {
-		e.iptables(fam, "-t", "nat", "-F", "PREROUTING")
+	// breaks runs a breakage of kproxy's programming in node1, then checks
+	// that --live says a pod's connection is not handled and names what is
+	// missing, and that traffic is indeed no longer answered.
+	breaks := func(what string, do func(fam v1.IPFamily), missing func(fam v1.IPFamily) []string) {
+		for _, fam := range families() {
+			do(fam)
+		}
+		for _, fam := range families() {
+			res := e.explainLive(clusterIP(svc, fam), client.Addr(fam))
+			drift := strings.Join(res.Drift, "\n")
+			for _, want := range missing(fam) {
+				if res.Verdict != explain.NotHandled || !strings.Contains(drift, want) {
+					t.Errorf("%s after %s: verdict %s drift %q, want not handled and %q", fam, what, res.Verdict, res.Drift, want)
+				}
+			}
+			if r := e.probe(ctx, "tcp", clusterIP(svc, fam), echo.ProbeOptions{Timeout: 500 * time.Millisecond}); r.Outcome == echo.Answer {
+				t.Errorf("%s: traffic still answered after %s (%v): the test proves nothing", fam, what, r)
+			}
+		}
 	}
-	for _, fam := range families() {
-		res := e.explainLive(clusterIP(svc, fam), client.Addr(fam))
-		if res.Verdict != explain.NotHandled || !strings.Contains(strings.Join(res.Drift, "\n"), "missing jump in nat/PREROUTING") {
-			t.Errorf("%s after the flush: verdict %s drift %q, want not handled and the missing jump", fam, res.Verdict, res.Drift)
-		}
-		if r := e.probe(ctx, "tcp", clusterIP(svc, fam), echo.ProbeOptions{Timeout: 500 * time.Millisecond}); r.Outcome == echo.Answer {
-			t.Errorf("%s: traffic still answered after the flush (%v): the test proves nothing", fam, r)
-		}
+	if nftMode() {
+		// Someone flushes kproxy's dispatch map, then deletes its table.
+		breaks("nft flush map frontends", func(fam v1.IPFamily) { e.nft("flush", "map", nftFamily(fam), "kproxy", "frontends") },
+			func(fam v1.IPFamily) []string {
+				return []string{"map frontends (Service frontends): ", "element(s) missing (in the plan, not in the kernel)",
+					fmt.Sprintf("%s . tcp . %d : goto ", clusterIP(svc, fam).Addr(), proxytest.ServicePort)}
+			})
+		breaks("nft delete table", func(fam v1.IPFamily) { e.nft("delete", "table", nftFamily(fam), "kproxy") },
+			func(fam v1.IPFamily) []string { return []string{"table " + nftFamily(fam) + " kproxy does not exist"} })
+	} else {
+		// Someone flushes nat PREROUTING.
+		breaks("iptables -t nat -F PREROUTING", func(fam v1.IPFamily) { e.iptables(fam, "-t", "nat", "-F", "PREROUTING") },
+			func(v1.IPFamily) []string { return []string{"missing jump in nat/PREROUTING"} })
 	}
 
 	// kproxy stops and cleans up.
@@ -109,8 +135,12 @@ func TestExplainLiveAgreesWithTraffic(t *testing.T) {
 		if res.Verdict != explain.NotHandled {
 			t.Errorf("%s after --cleanup: verdict %s, want not handled", fam, res.Verdict)
 		}
-		if d := strings.Join(res.Drift, "\n"); !strings.Contains(d, "no KPROXY chain") {
-			t.Errorf("%s after --cleanup: drift %q, want tables without kproxy's chains", fam, d)
+		want := "no KPROXY chain"
+		if nftMode() {
+			want = "table " + nftFamily(fam) + " kproxy does not exist"
+		}
+		if d := strings.Join(res.Drift, "\n"); !strings.Contains(d, want) {
+			t.Errorf("%s after --cleanup: drift %q, want %q", fam, d, want)
 		}
 	}
 }

@@ -289,6 +289,14 @@ func (e *env) restore(fam v1.IPFamily, rules string) {
 	}
 }
 
+// nft runs nft with args in node1.
+func (e *env) nft(args ...string) {
+	e.t.Helper()
+	if out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, append([]string{"nft"}, args...)...); err != nil {
+		e.t.Fatalf("nft %v: %v\n%s", args, err, out)
+	}
+}
+
 // nftRuleset returns "nft list ruleset" in node1.
 func (e *env) nftRuleset() string {
 	e.t.Helper()

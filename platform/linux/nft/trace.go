@@ -21,7 +21,9 @@ package nft
 //     return goes back to the last jump), return, drop, accept, reject,
 //     verdict maps (vmap: no element, no match), masquerade, dnat to a
 //     constant address or through a data map (no element, no match), meta
-//     mark set, update @set.
+//     mark set, update @set; an opaque rule (a rule read back from a node
+//     that could not be read, see Opaque) ends the branch with
+//     VerdictUnknown: the tracer never goes past what it cannot simulate.
 //   - matches: addresses against constants, prefixes, anonymous and named
 //     sets (interval sets by containment), concatenations (hairpin), meta
 //     l4proto, th/tcp/udp/sctp ports (a protocol's header on another
@@ -116,6 +118,10 @@ const (
 	// VerdictAccept: no rule handled it; it goes on unchanged (to
 	// Delivered).
 	VerdictAccept Verdict = "ACCEPT"
+	// VerdictUnknown: the packet met an opaque rule (one read back from a
+	// node that the converter could not read, see Opaque): the tracer does
+	// not go past it, what happens next is not known.
+	VerdictUnknown Verdict = "UNKNOWN"
 )
 
 // Outcome is one possible fate of a traced packet.
@@ -630,6 +636,12 @@ func (d *dnatItem) String() string { return d.text }
 
 type masqItem struct{ text string }
 
+// opaqueItem is a rule that could not be read (see Opaque): a branch that
+// reaches it ends there, its fate unknown.
+type opaqueItem struct{ text string }
+
+func (o *opaqueItem) String() string { return o.text }
+
 func (m *masqItem) String() string { return m.text }
 
 type rejectItem struct{ text, with string }
@@ -697,6 +709,9 @@ func (p *parser) expect(words ...string) error {
 func (p *parser) text(from int) string { return strings.Join(p.toks[from:p.pos], " ") }
 
 func (t *Tracer) parseRule(rule string) ([]item, error) {
+	if IsOpaque(rule) {
+		return []item{&opaqueItem{text: rule}}, nil
+	}
 	p := &parser{t: t, toks: tokens(rule)}
 	var items []item
 	for p.pos < len(p.toks) {
@@ -797,7 +812,7 @@ func (t *Tracer) parseRule(rule string) ([]item, error) {
 
 func isTerminal(it item) bool {
 	switch it.(type) {
-	case *verdictItem, *vmapItem, *dnatItem, *masqItem, *rejectItem:
+	case *verdictItem, *vmapItem, *dnatItem, *masqItem, *rejectItem, *opaqueItem:
 		return true
 	}
 	return false
@@ -1217,7 +1232,7 @@ func (s *state) step(format string, args ...any) {
 }
 
 // branch is a state and how its walk of a chain ended: "" (fell off the
-// end, or returned), "accept", "drop", "reject".
+// end, or returned), "accept", "drop", "reject", "unknown" (an opaque rule).
 type branch struct {
 	st      state
 	verdict string
@@ -1297,6 +1312,8 @@ func outcome(b branch, delivered string) Outcome {
 		o.Verdict = VerdictDrop
 	case b.verdict == "reject":
 		o.Verdict = VerdictReject
+	case b.verdict == "unknown":
+		o.Verdict = VerdictUnknown
 	case b.st.dnat:
 		o.Verdict, o.Delivered = VerdictDNAT, delivered
 	default:
@@ -1313,7 +1330,7 @@ func (t *Tracer) hook(h Host, hk string, in []branch) ([]branch, error) {
 	for _, c := range t.hooks[hk] {
 		var next []branch
 		for _, b := range cur {
-			if b.verdict == "drop" || b.verdict == "reject" {
+			if b.verdict == "drop" || b.verdict == "reject" || b.verdict == "unknown" {
 				next = append(next, b)
 				continue
 			}
@@ -1516,6 +1533,9 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 		st.masq = true
 		st.step("%s: %s", t.ruleRef(c, i), r.text)
 		return []branch{{st: st, verdict: "accept"}}, nil
+	case *opaqueItem:
+		st.step("%s: %s: not simulated: what the kernel does with the packet from here is not known", t.ruleRef(c, i), r.text)
+		return []branch{{st: st, verdict: "unknown"}}, nil
 	case *rejectItem:
 		with := it.with
 		if with == "" {
