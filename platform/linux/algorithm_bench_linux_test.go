@@ -19,19 +19,46 @@ import (
 // TCP connection (connect, accept, close) from the node to one ClusterIP
 // among 10,000 Services of 3 local endpoints each, all with one algorithm:
 // the cost of the nat traversal of the first packet beside everything else
-// a connection costs. Run with -benchtime 3000x; compare each algorithm
-// with random.
+// a connection costs, in the iptables mode (both flavours) and the
+// nftables mode. Run with -benchtime 3000x; compare each algorithm with
+// random.
 func BenchmarkKernelFirstPacket(b *testing.B) {
-	for _, f := range flavours {
+	for _, m := range firstPacketModes {
 		for _, alg := range proxy.Algorithms {
-			b.Run(fmt.Sprintf("%s/%s", f, alg), func(b *testing.B) {
-				inNetns(b, func() { firstPacket(b, f, alg) })
+			b.Run(fmt.Sprintf("%s/%s", m, alg), func(b *testing.B) {
+				inNetns(b, func() { firstPacket(b, m, alg, 10_000) })
 			})
 		}
 	}
 }
 
-func firstPacket(b *testing.B, f Flavour, alg proxy.Algorithm) {
+// BenchmarkKernelFirstPacketScale is the data path's cost of the number of
+// Services: the same connection (random) with 10 and with 10,000 Services
+// programmed, in each mode, beside a direct connection to the endpoint.
+// The nftables mode's dispatch is one map lookup whatever the number; the
+// iptables mode's walks a list.
+func BenchmarkKernelFirstPacketScale(b *testing.B) {
+	for _, m := range firstPacketModes {
+		for _, n := range []int{10, 10_000} {
+			b.Run(fmt.Sprintf("%s/services=%d", m, n), func(b *testing.B) {
+				inNetns(b, func() { firstPacket(b, m, proxy.AlgorithmRandom, n) })
+			})
+		}
+	}
+	b.Run("direct", func(b *testing.B) {
+		inNetns(b, func() { firstPacket(b, "direct", proxy.AlgorithmRandom, 0) })
+	})
+}
+
+// firstPacketModes: the iptables mode per flavour, then the nftables mode.
+var firstPacketModes = []string{string(FlavourLegacy), string(FlavourNFT), "nftables"}
+
+// syncer is what both Linux backends offer the benchmark.
+type syncer interface {
+	Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes) error
+}
+
+func firstPacket(b *testing.B, mode string, alg proxy.Algorithm, n int) {
 	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "pods0"}, PeerName: "pods1"}
 	if err := netlink.LinkAdd(link); err != nil {
 		b.Fatal(err)
@@ -66,7 +93,6 @@ func firstPacket(b *testing.B, f Flavour, alg proxy.Algorithm) {
 			_ = c.Close()
 		}
 	}()
-	const n = 10_000
 	ports := make(map[proxy.ServicePortName]*proxy.ServicePort, n)
 	for i := range n {
 		name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}, Port: "http", Protocol: v1.ProtocolTCP}
@@ -76,11 +102,19 @@ func firstPacket(b *testing.B, f Flavour, alg proxy.Algorithm) {
 			HasAnyEndpoints: true, ClusterEndpoints: eps, Algorithm: alg,
 		}
 	}
-	be := systemBackend(b, v1.IPv4Protocol, f, func(o *Options) { o.KeepUpstream = true })
-	if err := be.Sync(context.Background(), snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
-		b.Fatal(err)
+	target := netip.AddrPortFrom(eps[0].IP, 8080).String()
+	if mode != "direct" {
+		var be syncer
+		if mode == "nftables" {
+			be = systemNFTBackend(b, v1.IPv4Protocol)
+		} else {
+			be = systemBackend(b, v1.IPv4Protocol, Flavour(mode), func(o *Options) { o.KeepUpstream = true })
+		}
+		if err := be.Sync(context.Background(), snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
+			b.Fatal(err)
+		}
+		target = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, byte((n - 1) >> 8), byte((n - 1) & 0xff)}), 80).String()
 	}
-	target := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, byte((n - 1) >> 8), byte((n - 1) & 0xff)}), 80).String()
 	d := net.Dialer{Timeout: 2 * time.Second}
 	b.ResetTimer()
 	for range b.N {
