@@ -107,11 +107,9 @@ type Backend struct {
 	// RunLeastConnection syncs again); lc the least-connection counts.
 	lastSnap *proxy.Snapshot
 	lc       leastConn
-	// keepingPrimary is set while the Node's addresses are unknown and
-	// NodePorts answer on the primary address only: keptPrimary is then
-	// the primary address the kernel's rules use (see planNode).
-	keepingPrimary bool
-	keptPrimary    []netip.Addr
+	// primary: NodePorts' primary address while the Node is unknown (see
+	// planNode).
+	primary primaryKeeper
 }
 
 var (

@@ -83,6 +83,8 @@ type NFTBackend struct {
 	tookOver   bool
 	localAddrs []netip.Addr
 	nodeIPs    []netip.Addr
+	// primary: NodePorts' primary address while the Node is unknown.
+	primary primaryKeeper
 	// invalid holds the problems of the ports whose intent could not be
 	// built at all (they are left out); problems are those of the last
 	// successful sync, for Unsupported.
@@ -237,7 +239,10 @@ func (b *NFTBackend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Ch
 // apply builds the intents, renders and runs one transaction. A full one
 // first lists what kproxy's table holds (object names only).
 func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *proxy.FamilyView, ch proxy.Changes, full bool) (*nft.Plan, *nft.Applied, error) {
-	node, icfg := b.facts(snap.Node)
+	// While the Node is unknown, NodePorts on the primary address stay
+	// where the table has them (see nodeunknown.go).
+	planned := b.primary.node(b.log, b.family, b.opts.Rules, snap.Node, full, func() []netip.Addr { return b.nodePortIPsInTable(ctx) })
+	node, icfg := b.facts(planned)
 	last := b.applied
 	if full {
 		last = nil
@@ -322,6 +327,30 @@ func nftFacts(cfg rules.Config, n proxy.Node, localAddrs []netip.Addr) (nft.Node
 	node.Localhost = cfg.Family == v1.IPv4Protocol && cfg.LocalhostNodePorts &&
 		(node.NodePortsAll || slices.ContainsFunc(node.NodePortIPs, netip.Addr.IsLoopback))
 	return node, icfg
+}
+
+// nodePortIPsInTable returns the addresses of the table's NodePort
+// address set (none without the table or the set).
+func (b *NFTBackend) nodePortIPsInTable(ctx context.Context) []netip.Addr {
+	els, err := b.opts.NFT.ListElements(ctx, "set", nft.SetNodePorts)
+	if err != nil {
+		if !nft.IsNotFound(err) {
+			b.log.Info("Reading the NodePort addresses kproxy's table holds failed", "err", err)
+		}
+		return nil
+	}
+	var out []netip.Addr
+	for _, e := range els {
+		if len(e.Key) != 1 {
+			continue
+		}
+		if a, err := netip.ParseAddr(e.Key[0]); err == nil {
+			out = append(out, a)
+		} else if p, err := netip.ParsePrefix(e.Key[0]); err == nil && p.IsSingleIP() {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
 }
 
 // existing lists the chains and sets of kproxy's table (nil: no table).

@@ -34,43 +34,74 @@ import (
 // nodeUnknown reports whether the snapshot's node facts lack its addresses.
 func nodeUnknown(n proxy.Node) bool { return !n.Known || len(n.Addresses) == 0 }
 
-// planNode returns the node facts to plan with (see above). natSave is
-// iptables-save of the nat table on a full sync, nil on a partial one (the
-// addresses read at the last full sync are used). Called with b.mu held.
-func (b *Backend) planNode(n proxy.Node, natSave []byte) proxy.Node {
-	if !b.opts.Rules.NodePortPrimary || !nodeUnknown(n) {
-		if b.keepingPrimary {
-			klog.InfoS("The Node's addresses are known: NodePorts follow its primary address", "family", b.family, "node", n.Name)
+// primaryKeeper holds, while the Node's addresses are unknown and
+// NodePorts answer on the primary address only, the primary address the
+// kernel's rules use. Both Linux modes keep one per family.
+type primaryKeeper struct {
+	keeping bool
+	kept    []netip.Addr
+}
+
+// node returns the node facts to plan with (see above). inRules reads the
+// primary addresses the kernel's rules use; it is called on a full sync
+// only (full), a partial one uses what the last full sync read.
+func (k *primaryKeeper) node(log klog.Logger, family v1.IPFamily, cfg rules.Config, n proxy.Node, full bool, inRules func() []netip.Addr) proxy.Node {
+	if !cfg.NodePortPrimary || !nodeUnknown(n) {
+		if k.keeping {
+			log.Info("The Node's addresses are known: NodePorts follow its primary address", "family", family, "node", n.Name)
 		}
-		b.keepingPrimary, b.keptPrimary = false, nil
+		k.keeping, k.kept = false, nil
 		return n
 	}
-	if natSave != nil {
-		kept := primaryInRules(natSave, b.family, b.opts.Rules.NodePortAddresses)
-		if !b.keepingPrimary || !slices.Equal(kept, b.keptPrimary) {
+	if full {
+		kept := keptPrimaries(inRules(), family, cfg.NodePortAddresses)
+		if !k.keeping || !slices.Equal(kept, k.kept) {
 			if len(kept) > 0 {
-				klog.InfoS("The Node's addresses are unknown: NodePorts stay on the primary address the rules already use (nodePortAddresses primary)",
-					"family", b.family, "node", n.Name, "addresses", kept)
+				log.Info("The Node's addresses are unknown: NodePorts stay on the primary address the rules already use (nodePortAddresses primary)",
+					"family", family, "node", n.Name, "addresses", kept)
 			} else {
-				klog.InfoS("The Node's addresses are unknown: NodePorts on the node's primary address wait for the Node object (nodePortAddresses primary)",
-					"family", b.family, "node", n.Name)
+				log.Info("The Node's addresses are unknown: NodePorts on the node's primary address wait for the Node object (nodePortAddresses primary)",
+					"family", family, "node", n.Name)
 			}
 		}
-		b.keepingPrimary, b.keptPrimary = true, kept
+		k.keeping, k.kept = true, kept
 	}
-	if len(b.keptPrimary) == 0 {
+	if len(k.kept) == 0 {
 		return n
 	}
 	out := n
-	out.Addresses = b.keptPrimary
+	out.Addresses = k.kept
 	return out
 }
 
-// primaryInRules returns the NodePort destinations of family in a save of
-// the nat table (the "-d ADDR -j KPROXY-NODEPORTS" rules of
-// KPROXY-SERVICES) that none of the configured prefixes contains: the
-// node's primary address as the run that wrote them knew it.
-func primaryInRules(natSave []byte, family v1.IPFamily, prefixes []netip.Prefix) []netip.Addr {
+// planNode is the iptables mode's primaryKeeper.node: natSave is
+// iptables-save of the nat table on a full sync, nil on a partial one.
+// Called with b.mu held.
+func (b *Backend) planNode(n proxy.Node, natSave []byte) proxy.Node {
+	return b.primary.node(b.log, b.family, b.opts.Rules, n, natSave != nil, func() []netip.Addr { return primaryInRules(natSave) })
+}
+
+// keptPrimaries keeps, of the NodePort destinations the kernel's rules
+// hold, those of family that are not loopback and that none of the
+// configured prefixes contains: the node's primary address as the run that
+// wrote them knew it. Sorted, without duplicates.
+func keptPrimaries(addrs []netip.Addr, family v1.IPFamily, prefixes []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.Is4() != (family == v1.IPv4Protocol) || a.IsLoopback() ||
+			slices.ContainsFunc(prefixes, func(c netip.Prefix) bool { return c.Contains(a) }) {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// primaryInRules returns the single-address NodePort destinations in a
+// save of the nat table (the "-d ADDR -j KPROXY-NODEPORTS" rules of
+// KPROXY-SERVICES).
+func primaryInRules(natSave []byte) []netip.Addr {
 	head := "-A " + rules.ChainServices + " -d "
 	tail := " -j " + rules.ChainNodePorts
 	var out []netip.Addr
@@ -82,13 +113,7 @@ func primaryInRules(natSave []byte, family v1.IPFamily, prefixes []netip.Prefix)
 		if err != nil || !p.IsSingleIP() {
 			continue
 		}
-		a := p.Addr()
-		if a.Is4() != (family == v1.IPv4Protocol) || a.IsLoopback() ||
-			slices.ContainsFunc(prefixes, func(c netip.Prefix) bool { return c.Contains(a) }) {
-			continue
-		}
-		out = append(out, a)
+		out = append(out, p.Addr())
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	return out
 }

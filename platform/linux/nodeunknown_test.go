@@ -128,11 +128,11 @@ func TestPrimaryInRules(t *testing.T) {
 -A KPROXY-SERVICES -m addrtype --dst-type LOCAL -j KPROXY-NODEPORTS
 COMMIT
 `)
-	got := primaryInRules(save, v1.IPv4Protocol, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	got := keptPrimaries(primaryInRules(save), v1.IPv4Protocol, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
 	if want := []netip.Addr{netip.MustParseAddr("192.168.1.10")}; !slices.Equal(got, want) {
 		t.Errorf("IPv4: %v, want %v", got, want)
 	}
-	if got := primaryInRules(save, v1.IPv6Protocol, nil); !slices.Equal(got, []netip.Addr{netip.MustParseAddr("fd00::10")}) {
+	if got := keptPrimaries(primaryInRules(save), v1.IPv6Protocol, nil); !slices.Equal(got, []netip.Addr{netip.MustParseAddr("fd00::10")}) {
 		t.Errorf("IPv6: %v", got)
 	}
 }

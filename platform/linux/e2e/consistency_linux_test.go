@@ -69,9 +69,55 @@ func normalizeSave(save string) string {
 func (e *env) tables() string {
 	e.t.Helper()
 	var b strings.Builder
+	if nftMode() {
+		for _, fam := range families() {
+			fmt.Fprintf(&b, "# %s\n%s", fam, normalizeNFT(e.nftTable(fam)))
+		}
+		return b.String()
+	}
 	for _, fam := range families() {
 		for _, t := range []string{"nat", "filter"} {
 			fmt.Fprintf(&b, "# %s %s\n%s", fam, t, normalizeSave(e.save(fam, t)))
+		}
+	}
+	return b.String()
+}
+
+// normalizeNFT is normalizeSave for "nft list table": the elements of a
+// set or map are one per line and sorted (nft lists them in the order of
+// its hash table), everything else keeps its order.
+func normalizeNFT(table string) string {
+	var b strings.Builder
+	var elems []string
+	in := false
+	flush := func() {
+		slices.Sort(elems)
+		for _, e := range elems {
+			b.WriteString("\t\telement " + e + "\n")
+		}
+		elems, in = elems[:0], false
+	}
+	for _, l := range strings.Split(table, "\n") {
+		t := strings.TrimSpace(l)
+		if !in && strings.HasPrefix(t, "elements = {") {
+			in = true
+			t = strings.TrimPrefix(t, "elements = {")
+		}
+		if !in {
+			if t != "" {
+				b.WriteString(l + "\n")
+			}
+			continue
+		}
+		end := strings.HasSuffix(t, "}")
+		t = strings.TrimSuffix(t, "}")
+		for _, e := range strings.Split(t, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				elems = append(elems, e)
+			}
+		}
+		if end {
+			flush()
 		}
 	}
 	return b.String()

@@ -297,6 +297,20 @@ func (e *env) nft(args ...string) {
 	}
 }
 
+// nftTable returns "nft list table" of kproxy's table of fam in node1
+// ("" when there is none).
+func (e *env) nftTable(fam v1.IPFamily) string {
+	e.t.Helper()
+	out, err := e.c.Exec(e.ctx(30*time.Second), proxytest.Node1, "nft", "list", "table", nftFamily(fam), "kproxy")
+	if err != nil {
+		if strings.Contains(string(out), "No such file or directory") {
+			return ""
+		}
+		e.t.Fatalf("nft list table %s kproxy: %v\n%s", nftFamily(fam), err, out)
+	}
+	return string(out)
+}
+
 // nftRuleset returns "nft list ruleset" in node1.
 func (e *env) nftRuleset() string {
 	e.t.Helper()

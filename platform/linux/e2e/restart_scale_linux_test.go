@@ -35,6 +35,53 @@ func restartServices(t *testing.T) int {
 // restore input kproxy's dry run prints.
 var declared = regexp.MustCompile(`(?m)^:(KPROXY-[A-Z0-9-]+) `)
 
+// nftDeclared matches the chains of kproxy's tables in the nft -f input
+// kproxy's nftables dry run prints ("add chain ip kproxy NAME").
+var nftDeclared = regexp.MustCompile(`(?m)^add chain (ip6?) kproxy (\S+)`)
+
+// nftListed matches the chains of an "nft list table" ("chain NAME {").
+var nftListed = regexp.MustCompile(`(?m)^\s*chain (\S+) \{`)
+
+// plannedChains lists the chains a dry run's output declares (the
+// nftables mode's prefixed with their family).
+func plannedChains(dryRun string) []string {
+	if !nftMode() {
+		return kproxyChains(dryRun)
+	}
+	var out []string
+	for _, m := range nftDeclared.FindAllStringSubmatch(dryRun, -1) {
+		out = append(out, m[1]+" "+m[2])
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// kernelChains lists kproxy's chains in node1's kernel, as plannedChains.
+func (e *env) kernelChains() []string {
+	var got []string
+	for _, fam := range families() {
+		if nftMode() {
+			for _, m := range nftListed.FindAllStringSubmatch(e.nftTable(fam), -1) {
+				got = append(got, nftFamily(fam)+" "+m[1])
+			}
+			continue
+		}
+		got = append(got, kproxyChains(e.save(fam, "nat"))...)
+		got = append(got, kproxyChains(e.save(fam, "filter"))...)
+	}
+	slices.Sort(got)
+	return slices.Compact(got)
+}
+
+// programChild is what kproxy runs to program the kernel in the test's
+// mode, as it appears in /proc/PID/cmdline.
+func programChild() string {
+	if nftMode() {
+		return "nft\x00-f"
+	}
+	return "restore"
+}
+
 func kproxyChains(s string) []string {
 	var out []string
 	for _, m := range declared.FindAllStringSubmatch(s, -1) {
@@ -142,13 +189,13 @@ func TestRestartAtScale(t *testing.T) {
 			}
 			pid := e.p.Process().Pid()
 			if !waitRestoreChild(pid, 2*time.Minute) {
-				t.Errorf("%s: never saw kproxy run iptables-restore", how)
+				t.Errorf("%s: never saw kproxy run %s", how, strings.ReplaceAll(programChild(), "\x00", " "))
 			}
 			if how == killRestor {
 				err = e.p.KillGroup() // fails if any process of the group survives
 				break
 			}
-			child := childRunning(pid, "restore")
+			child := childRunning(pid, programChild())
 			err = e.p.Kill()
 			if child > 0 {
 				t.Logf("%s: iptables-restore %d orphaned; still running after the kill: %v", how, child, processAlive(child))
@@ -179,14 +226,11 @@ func TestRestartAtScale(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, LastLines(string(out), 20))
 	}
-	want := kproxyChains(string(out))
-	var got []string
-	for _, fam := range families() {
-		got = append(got, kproxyChains(e.save(fam, "nat"))...)
-		got = append(got, kproxyChains(e.save(fam, "filter"))...)
+	want := plannedChains(string(out))
+	got := e.kernelChains()
+	if len(want) == 0 {
+		t.Fatalf("the dry run declares no chain:\n%s", LastLines(string(out), 20))
 	}
-	slices.Sort(got)
-	got = slices.Compact(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("kernel chains differ from a full plan: %d in the kernel, %d planned; extra %v; missing %v",
 			len(got), len(want), diff(got, want, 10), diff(want, got, 10))
@@ -213,7 +257,7 @@ func processAlive(pid int) bool {
 func waitRestoreChild(pid int, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		if childRunning(pid, "restore") > 0 {
+		if childRunning(pid, programChild()) > 0 {
 			return true
 		}
 		time.Sleep(2 * time.Millisecond)

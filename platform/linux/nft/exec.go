@@ -17,6 +17,7 @@ type Interface interface {
 	Run(ctx context.Context, tx *Tx) error
 	ListAll(ctx context.Context) (map[string][]string, error)
 	ListRules(ctx context.Context, chain string) ([]*knftables.Rule, error)
+	ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error)
 }
 
 // System is the real Interface: transactions through "nft -f -" (one
