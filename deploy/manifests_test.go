@@ -118,6 +118,8 @@ const (
 	fileDockerfile    = "Dockerfile"      // images_test.go
 	fileScript        = "script"          // images_test.go
 	fileGo            = "Go"              // this package
+	fileGitignore     = "gitignore"       // kubeadm_overlay_test.go
+	fileClusterCopy   = "cluster copy"    // an operator's copy of the cluster's kube-proxy ConfigMap (gitignored; kubeadm_overlay_test.go)
 	fileUnknown       = "unknown"         // a test failure: nothing goes unchecked
 	proxyConfigDir    = "config"          // where the KubeProxyConfigurations live
 	kubeconfigName    = "kubeconfig.conf" // in proxyConfigDir
@@ -128,6 +130,10 @@ func classify(path string) string {
 	switch {
 	case base == "kustomization.yaml":
 		return fileKustomization
+	case base == ".gitignore":
+		return fileGitignore
+	case filepath.Dir(path) == kubeadmValuesDir && kubeadmCopies[base]:
+		return fileClusterCopy
 	case filepath.Dir(path) == proxyConfigDir && base == kubeconfigName:
 		return fileKubeconfig
 	case filepath.Dir(path) == proxyConfigDir && strings.HasSuffix(base, ".yaml"):
@@ -294,11 +300,14 @@ func TestKubectlKustomizeAgrees(t *testing.T) {
 	}
 }
 
+// installDoc is the installation guide, whose overlays the tests render.
+const installDoc = "../docs/install.md"
+
 // TestCanaryOverlay renders the node-by-node overlay that
-// docs/operations.md tells operators to write next to deploy/, exactly as
+// docs/install.md tells operators to write next to deploy/, exactly as
 // the guide spells it.
 func TestCanaryOverlay(t *testing.T) {
-	doc, err := os.ReadFile(operationsDoc)
+	doc, err := os.ReadFile(installDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +315,7 @@ func TestCanaryOverlay(t *testing.T) {
 	_, rest, ok := strings.Cut(string(doc), marker)
 	block, _, ok2 := strings.Cut(rest, "```")
 	if !ok || !ok2 {
-		t.Fatalf("%s: no YAML block after %q", operationsDoc, strings.TrimSpace(marker))
+		t.Fatalf("%s: no YAML block after %q", installDoc, strings.TrimSpace(marker))
 	}
 	here, err := filepath.Abs(".")
 	if err != nil {

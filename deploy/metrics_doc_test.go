@@ -2,6 +2,9 @@ package deploy
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +15,10 @@ import (
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
 )
+
+// metricModes are the proxy modes whose metrics the reference lists, in
+// the order of its modes column.
+var metricModes = []string{string(config.ModeIPTables), string(config.ModeNFTables), string(config.ModeKernelspace)}
 
 // metricRow is one metric family kproxy serves.
 type metricRow struct {
@@ -26,7 +33,7 @@ type metricRow struct {
 func servedMetrics(t *testing.T) []metricRow {
 	t.Helper()
 	rows := map[string]*metricRow{}
-	for _, mode := range []string{string(config.ModeIPTables), string(config.ModeKernelspace)} {
+	for _, mode := range metricModes {
 		m := metrics.New(metrics.Options{Mode: mode, Version: "doc", Pending: func() (int, int) { return 0, 0 }, FrontendConflicts: func() int { return 0 }})
 		record(m)
 		if mode == string(config.ModeIPTables) {
@@ -62,7 +69,7 @@ func servedMetrics(t *testing.T) []metricRow {
 }
 
 // componentBaseMeta are the metrics component-base's legacy registry always
-// serves about itself (the prose of the guide mentions them).
+// serves about itself (the prose of the reference mentions them).
 var componentBaseMeta = map[string]bool{
 	"registered_metrics_total": true, "disabled_metrics_total": true, "hidden_metrics_total": true,
 	"cardinality_enforcement_unexpected_categorizations_total": true,
@@ -80,10 +87,17 @@ func record(m *metrics.Metrics) {
 	m.ChangesProgrammed(1, 1)
 	m.Served("/healthz", 200)
 	m.Served("/livez", 200)
+	m.Quarantined(f, 1)
+	m.Unsupported(f, map[string]int{"InvalidField": 1})
 	x := m.IPTables(f)
 	x.RestoreFailed(true)
 	x.Rules("nat", 1, 1)
 	x.Conntrack(1, time.Millisecond, true)
+	n := m.NFTables(f)
+	n.SyncFailed()
+	n.CleanupFailed()
+	n.Objects(1, 1, 1)
+	n.Conntrack(1, time.Millisecond, true)
 	m.HNSCall("ListLoadBalancers", time.Millisecond)
 	m.HNSError("ListLoadBalancers", "none")
 }
@@ -97,9 +111,9 @@ func metricsTable(t *testing.T, notes map[string]string) string {
 		if len(r.labels) > 0 {
 			labels = "`" + strings.Join(r.labels, "`, `") + "`"
 		}
-		modes := "both"
-		if len(r.modes) == 1 {
-			modes = r.modes[0]
+		modes := "all"
+		if len(r.modes) < len(metricModes) {
+			modes = strings.Join(r.modes, ", ")
 		}
 		note := notes[r.name]
 		if note == "" {
@@ -110,8 +124,48 @@ func metricsTable(t *testing.T, notes map[string]string) string {
 	return b.String()
 }
 
+// declaredMetric finds the metric names pkg/metrics declares: the helpers'
+// (ns, "name", ...) calls, the Namespace/Name options and full names given
+// to prometheus.NewDesc.
+var declaredMetric = regexp.MustCompile(`(?:\((upstream|own), "|Namespace: (upstream|own), Name: "|NewDesc\(")([a-z_]+)"`)
+
+// TestEveryMetricIsDocumented reads pkg/metrics' sources for the metrics
+// it declares and checks that servedMetrics (hence the reference) has each:
+// a metric that record does not exercise, or that no mode registers, would
+// otherwise be missing from the reference without a failure.
+func TestEveryMetricIsDocumented(t *testing.T) {
+	served := map[string]bool{}
+	for _, r := range servedMetrics(t) {
+		served[r.name] = true
+	}
+	files, err := filepath.Glob("../pkg/metrics/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range declaredMetric.FindAllStringSubmatch(string(data), -1) {
+			prefix := map[string]string{"upstream": "kubeproxy_", "own": "kproxy_", "": ""}[m[1]+m[2]]
+			n++
+			if name := prefix + m[3]; !served[name] {
+				t.Errorf("%s declares %s, which the reference does not list (record it in record)", f, name)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found only %d metric declarations in pkg/metrics: the pattern no longer matches its code", n)
+	}
+}
+
 // TestMetricNames checks the names dashboards and alerts rely on: upstream
-// kube-proxy's, which the guide promises, are all served.
+// kube-proxy's, which the reference promises, are all served.
 func TestMetricNames(t *testing.T) {
 	served := map[string]bool{}
 	for _, r := range servedMetrics(t) {

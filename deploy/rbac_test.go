@@ -175,7 +175,7 @@ func clusterRoleFor(r *rendered, namespace, sa string) (*rbacv1.ClusterRole, err
 func kproxyCalls(t *testing.T) []apiCall {
 	calls := sourceCalls(t)
 	// The source alone: list and watch of the three kinds, nothing else. If
-	// this changes, the ClusterRole (and docs/operations.md) must follow.
+	// this changes, the ClusterRole (and docs/reference.md, "Permissions") must follow.
 	want := []apiCall{
 		{"list", "", "nodes"}, {"list", "", "services"}, {"list", "discovery.k8s.io", "endpointslices"},
 		{"watch", "", "nodes"}, {"watch", "", "services"}, {"watch", "discovery.k8s.io", "endpointslices"},

@@ -293,7 +293,7 @@ func cleanupUpstream(ctx context.Context) error {
 		log.Info("Cleanup: deleted kube-proxy's interface", "interface", linux.UpstreamIPVSInterface)
 	}
 	// Unlike upstream's --cleanup, IPVS virtual servers are not flushed
-	// (docs/operations.md, "What is and is not compatible"): say so.
+	// (docs/compatibility.md, "kube-proxy compatibility"): say so.
 	if n, err := linux.IPVSVirtualServers(); err != nil {
 		log.V(2).Info("Cleanup: could not read the IPVS table", "err", err)
 	} else if n > 0 {

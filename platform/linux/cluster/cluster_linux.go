@@ -351,7 +351,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	env, err = integration.Start(ctx, integration.Options{
-		Cluster: c, Binaries: bins, DeployDir: filepath.Join(o.Root, "deploy"), Dir: o.Dir, Logf: logf,
+		Cluster: c, Binaries: bins, DeployDir: filepath.Join(o.Root, "deploy", "rbac"), Dir: o.Dir, Logf: logf,
 	})
 	if err != nil {
 		return err

@@ -266,7 +266,7 @@ func (d *dropInEnv) awaitGone(what string, limit time.Duration, check func() str
 // in node1 (iptables mode, then nftables mode) while clients open new
 // connections to a ClusterIP (from a pod) and a NodePort (from outside) all
 // along; kube-proxy is stopped and kproxy started with the same arguments,
-// then rolled back to kube-proxy as docs/operations.md says (kube-proxy
+// then rolled back to kube-proxy as docs/install.md says (kube-proxy
 // started again, then "kproxy --cleanup --take-over-kube-proxy=false").
 // Not one connection may fail, and after each swap no rule of the other
 // proxy may be left.
@@ -449,7 +449,7 @@ func testDropInSwap(t *testing.T, mode string, viaConfig bool) {
 
 // intentionalDifferences are the behaviour-table rows where kproxy
 // deliberately answers differently from upstream kube-proxy v1.37.2, with
-// the reason (docs/operations.md, "What is and is not compatible").
+// the reason (docs/compatibility.md, "kube-proxy compatibility").
 var intentionalDifferences = map[string]string{}
 
 // TestDifferential runs the traffic rows of the shared behaviour table

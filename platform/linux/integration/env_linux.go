@@ -47,7 +47,8 @@ type Options struct {
 	Cluster *netns.Cluster
 	// Binaries are the control plane's servers (controlplane.Ensure). Required.
 	Binaries controlplane.Binaries
-	// DeployDir holds kproxy's RBAC (default: <repository root>/deploy).
+	// DeployDir holds kproxy's RBAC files, RBACFiles (default: <repository
+	// root>/deploy/rbac).
 	DeployDir string
 	// Dir receives the control plane's files and kproxy's kubeconfig
 	// (default: a temporary directory that Close removes).
@@ -109,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		if err != nil {
 			return nil, fmt.Errorf("integration: %w", err)
 		}
-		o.DeployDir = filepath.Join(root, "deploy")
+		o.DeployDir = filepath.Join(root, "deploy", "rbac")
 	}
 	rbac, err := LoadRBAC(o.DeployDir)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/testing/controlplane"
 )
 
-// RBACFiles are the files of deploy/ that grant kproxy its permissions.
+// RBACFiles are the files of deploy/rbac that grant kproxy its permissions.
 var RBACFiles = []string{"serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"}
 
 // RBAC is kproxy's identity and permissions as deploy/ defines them.

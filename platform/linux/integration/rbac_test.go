@@ -24,7 +24,7 @@ func deployDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(root, "deploy")
+	return filepath.Join(root, "deploy", "rbac")
 }
 
 // TestLoadRBACFromDeploy reads the real deploy/ files: the identity they

@@ -22,30 +22,32 @@ import (
 	"github.com/kproxy/kproxy/pkg/config"
 )
 
-var update = flag.Bool("update", false, "rewrite the generated tables of docs/operations.md")
+var update = flag.Bool("update", false, "rewrite the generated tables of docs/reference.md")
 
-const operationsDoc = "../docs/operations.md"
+// referenceDoc holds the generated reference; no other document may hold
+// these tables (TestNoDuplicatedReference).
+const referenceDoc = "../docs/reference.md"
 
-// A generated block of the operations guide sits between these markers.
+// A generated block of the reference sits between these markers.
 const (
-	beginMarker = "<!-- BEGIN GENERATED %s: go test ./deploy -run TestOperationsDoc -update -->"
+	beginMarker = "<!-- BEGIN GENERATED %s: go test ./deploy -run TestReferenceDoc -update -->"
 	endMarker   = "<!-- END GENERATED %s -->"
 	todoNote    = "TODO: describe"
 )
 
-// TestOperationsDoc keeps the flag, configuration and metric tables of
-// docs/operations.md equal to kproxy's flag set, configuration type and
-// metrics registry: a flag, field or metric the guide does not cover fails
-// the test. The flag table is generated whole (descriptions are the flags'
+// TestReferenceDoc keeps the flag, configuration and metric tables of
+// docs/reference.md equal to kproxy's flag set, configuration type and
+// metrics registry: a flag, field or metric the reference does not cover
+// fails the test. The flag table is generated whole (descriptions are the flags'
 // help). In the configuration and metric tables the last column (what
 // kproxy does with the field, what the metric means) is written in the
-// guide and kept by -update; a new row gets a TODO that fails the test until
+// reference and kept by -update; a new row gets a TODO that fails the test until
 // someone describes it.
-func TestOperationsDoc(t *testing.T) {
+func TestReferenceDoc(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("the guide shows the defaults of Linux nodes")
+		t.Skip("the reference shows the defaults of Linux nodes")
 	}
-	data, err := os.ReadFile(operationsDoc)
+	data, err := os.ReadFile(referenceDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +75,12 @@ func TestOperationsDoc(t *testing.T) {
 	}
 	if *update {
 		if got != doc {
-			if err := os.WriteFile(operationsDoc, []byte(got), 0o644); err != nil {
+			if err := os.WriteFile(referenceDoc, []byte(got), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
 	} else if got != doc {
-		t.Errorf("%s: the generated tables are out of date; run go test ./deploy -run TestOperationsDoc -update and review the diff", operationsDoc)
+		t.Errorf("%s: the generated tables are out of date; run go test ./deploy -run TestReferenceDoc -update and review the diff", referenceDoc)
 	}
 
 	rows := map[string][]string{"config": fields}
@@ -88,12 +90,12 @@ func TestOperationsDoc(t *testing.T) {
 	for _, name := range []string{"config", "metrics"} {
 		for _, key := range rows[name] {
 			if n := notes[name][key]; n == "" || strings.Contains(n, todoNote) {
-				t.Errorf("%s: %s %s is not described", operationsDoc, name, key)
+				t.Errorf("%s: %s %s is not described", referenceDoc, name, key)
 			}
 		}
 		for key := range notes[name] {
 			if !slicesContains(rows[name], key) {
-				t.Errorf("%s describes %s %s, which does not exist", operationsDoc, name, key)
+				t.Errorf("%s describes %s %s, which does not exist", referenceDoc, name, key)
 			}
 		}
 	}
@@ -114,7 +116,7 @@ func replaceBlock(doc, name, content string) (string, error) {
 	i := strings.Index(doc, begin)
 	j := strings.Index(doc, end)
 	if i < 0 || j < i {
-		return "", fmt.Errorf("%s: no %q ... %q block", operationsDoc, begin, end)
+		return "", fmt.Errorf("%s: no %q ... %q block", referenceDoc, begin, end)
 	}
 	return doc[:i+len(begin)] + "\n" + content + doc[j:], nil
 }
@@ -360,7 +362,7 @@ func blockNotes(doc, name string) (map[string]string, error) {
 	begin, end := fmt.Sprintf(beginMarker, name), fmt.Sprintf(endMarker, name)
 	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i < 0 || j < i {
-		return nil, fmt.Errorf("%s: no %q ... %q block", operationsDoc, begin, end)
+		return nil, fmt.Errorf("%s: no %q ... %q block", referenceDoc, begin, end)
 	}
 	notes := map[string]string{}
 	for _, l := range strings.Split(doc[i+len(begin):j], "\n") {
@@ -395,4 +397,181 @@ func splitRow(line string) []string {
 // cell makes text fit in a Markdown table cell.
 func cell(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
+
+// kubeadmConfig is kubeadm's generated config.conf: every field spelled,
+// most of them empty or zero.
+const kubeadmConfig = "../cmd/kproxy/testdata/kubeadm-config.conf"
+
+// blockRows returns the cells of the table rows (not the header) of the
+// generated block name, as the document has them.
+func blockRows(t *testing.T, doc, name string) [][]string {
+	t.Helper()
+	begin, end := fmt.Sprintf(beginMarker, name), fmt.Sprintf(endMarker, name)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %q ... %q block", referenceDoc, begin, end)
+	}
+	var rows [][]string
+	for _, l := range strings.Split(doc[i+len(begin):j], "\n") {
+		if cells := splitRow(l); len(cells) > 1 && strings.HasPrefix(cells[0], "`") {
+			rows = append(rows, cells)
+		}
+	}
+	return rows
+}
+
+// unquote returns the content of a `code` cell, "" for "—".
+func unquote(cell string) string {
+	if cell == "—" {
+		return ""
+	}
+	return strings.Trim(cell, "`")
+}
+
+// renderDefault is a configuration value (JSON) as the reference's default
+// column shows it.
+func renderDefault(js string) string {
+	switch js {
+	case "", "null", `""`, "{}", "[]", "0", "false":
+		return "—"
+	}
+	return "`" + strings.Trim(js, `"`) + "`"
+}
+
+// TestReferenceDefaults reads the flag and configuration tables of
+// docs/reference.md as they are written, not as the generator would write
+// them, and checks each row against kproxy itself:
+//   - the flag exists, sets the configuration field the row names, and its
+//     default is the flag's; giving the flag its documented default
+//     changes nothing in the configuration kproxy runs with;
+//   - the field exists, and its documented default is what kproxy runs with
+//     when a file leaves the field out, and also when the file spells it
+//     empty or zero, as kubeadm's config.conf does (an empty field is the
+//     default, never "disabled").
+func TestReferenceDefaults(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the reference shows the defaults of Linux nodes")
+	}
+	doc := readDoc(t, referenceDoc)
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	config.NewOptions().AddFlags(fs)
+	fields := probeFlagFields(t)
+	base, err := completeWith()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := flatten(base.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	listed := map[string]bool{}
+	for _, row := range blockRows(t, doc, "flags") {
+		if len(row) != 4 {
+			t.Errorf("flag row %q: %d cells, want 4", row, len(row))
+			continue
+		}
+		names := strings.Split(row[0], ", ")
+		name := strings.TrimPrefix(unquote(names[len(names)-1]), "--")
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("%s lists --%s, which kproxy does not have", referenceDoc, name)
+			continue
+		}
+		listed[name] = true
+		if got, want := unquote(row[1]), fields[name]; got != want {
+			t.Errorf("--%s: the reference says it sets %q, it sets %q", name, got, want)
+		}
+		def := unquote(row[2])
+		real := f.DefValue
+		if real == "[]" {
+			real = ""
+		}
+		if def != real {
+			t.Errorf("--%s: documented default %q, the flag's is %q", name, def, real)
+			continue
+		}
+		if def == "" {
+			continue // as good as not given
+		}
+		o, err := completeWith("--" + name + "=" + def)
+		resetKlog()
+		if err != nil {
+			t.Errorf("--%s=%s (its documented default): %v", name, def, err)
+			continue
+		}
+		after, err := flatten(o.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range configFields() {
+			if before[path] != after[path] {
+				t.Errorf("--%s=%s, its documented default, changes %s from %s to %s: the default is not the one kproxy runs with", name, def, path, before[path], after[path])
+			}
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !listed[f.Name] {
+			t.Errorf("%s does not list --%s", referenceDoc, f.Name)
+		}
+	})
+
+	// What kproxy runs with for a file without the field, and for
+	// kubeadm's file, which spells nearly every field empty or zero.
+	dir := t.TempDir()
+	minimal := filepath.Join(dir, "minimal.yaml")
+	if err := os.WriteFile(minimal, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	effective := func(file string) map[string]string {
+		o, err := completeWith("--config=" + file)
+		resetKlog()
+		if err != nil {
+			t.Fatalf("--config=%s: %v", file, err)
+		}
+		m, err := flatten(o.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	absent, kubeadm := effective(minimal), effective(kubeadmConfig)
+	raw, err := config.Load(kubeadmConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spelled, err := flatten(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, f := range configFields() {
+		known[f] = true
+	}
+	emptyInKubeadm := 0
+	for _, row := range blockRows(t, doc, "config") {
+		if len(row) != 4 {
+			t.Errorf("configuration row %q: %d cells, want 4", row, len(row))
+			continue
+		}
+		field := unquote(row[0])
+		if !known[field] {
+			t.Errorf("%s lists the field %s, which KubeProxyConfiguration does not have", referenceDoc, field)
+			continue
+		}
+		if got := renderDefault(absent[field]); got != row[2] {
+			t.Errorf("%s: documented default %s, kproxy runs with %s when a file leaves it out", field, row[2], got)
+		}
+		switch spelled[field] {
+		case "null", `""`, "0", "false", `"0s"`, "[]", "{}":
+			emptyInKubeadm++
+			if got := renderDefault(kubeadm[field]); got != row[2] {
+				t.Errorf("%s: documented default %s, kproxy runs with %s when a file spells it %s (kubeadm's config.conf)", field, row[2], got, spelled[field])
+			}
+		}
+	}
+	if emptyInKubeadm < 30 {
+		t.Errorf("only %d fields of %s are empty or zero: is it still kubeadm's generated file?", emptyInKubeadm, kubeadmConfig)
+	}
 }
