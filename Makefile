@@ -1,8 +1,12 @@
 # kproxy — see README.md. Every target runs from a clean clone.
 GO        ?= go
 BIN       ?= bin
+# VERSION and COMMIT are stamped into the binary (kproxy --version); a
+# release is an annotated tag vMAJOR.MINOR.PATCH (see CHANGELOG.md), so
+# git describe gives v0.1.0 on it and v0.1.0-3-gabc1234(-dirty) after it.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/kproxy/kproxy/pkg/version.Version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   := -X github.com/kproxy/kproxy/pkg/version.Version=$(VERSION) -X github.com/kproxy/kproxy/pkg/version.Commit=$(COMMIT)
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2
 
 .PHONY: build test test-unit lint fuzz clean

@@ -433,7 +433,7 @@ func dryRun(o *config.Options, mode Mode, snap *proxy.Snapshot, w io.Writer) err
 
 // buildVersion is the version label of kproxy_build_info ("v0.1.0", "dev").
 func buildVersion() string {
-	// version.String() is "kproxy VERSION (GOVERSION OS/ARCH)".
+	// version.String() is "kproxy VERSION (commit COMMIT, GOVERSION OS/ARCH)".
 	if f := strings.Fields(version.String()); len(f) > 1 {
 		return f[1]
 	}
