@@ -16,6 +16,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/version"
 )
 
@@ -104,7 +105,7 @@ func runOptions(ctx context.Context, o *config.Options, stdout, stderr io.Writer
 	}
 	logger := klog.Background()
 	for _, w := range o.Warnings() {
-		logger.Info("Warning: configuration", "problem", w)
+		logging.Warning(logger, "Configuration problem", "problem", w)
 	}
 	if d := o.Config.Logging.FlushFrequency.Duration.Duration; d > 0 {
 		klog.StartFlushDaemon(d)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/linux/nft"
@@ -39,7 +40,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 	log := klog.FromContext(ctx)
 	tuneNode(log, o)
 	if major, minor, ok := linux.KernelVersion(); ok && (major < 5 || major == 5 && minor < 13) {
-		log.Info("Warning: the nftables mode needs Linux 5.13 or later (as upstream kube-proxy's); this kernel may reject kproxy's rules",
+		logging.Warning(log, "The nftables mode needs Linux 5.13 or later (as upstream kube-proxy's); this kernel may reject kproxy's rules",
 			"kernel", fmt.Sprintf("%d.%d", major, minor))
 	}
 	var backends app.Backends
@@ -297,7 +298,7 @@ func cleanupUpstream(ctx context.Context) error {
 	if n, err := linux.IPVSVirtualServers(); err != nil {
 		log.V(2).Info("Cleanup: could not read the IPVS table", "err", err)
 	} else if n > 0 {
-		log.Info("Warning: cleanup: IPVS virtual servers are left in place (upstream kube-proxy's --cleanup flushes them, kproxy's does not); remove them with 'ipvsadm --clear' once no other software on the node uses IPVS", "virtualServers", n)
+		logging.Warning(log, "Cleanup: IPVS virtual servers are left in place (upstream kube-proxy's --cleanup flushes them, kproxy's does not); remove them with 'ipvsadm --clear' once no other software on the node uses IPVS", "virtualServers", n)
 	}
 	return errors.Join(errs...)
 }
@@ -315,11 +316,11 @@ func dryRunHost() linux.Host {
 // the host's network namespace).
 func tuneNode(log klog.Logger, o *config.Options) {
 	if err := linux.SetOOMScoreAdj(int(o.OOMScoreAdj())); err != nil {
-		log.Info("Warning: could not set the OOM score adjustment", "err", err)
+		logging.Warning(log, "Could not set the OOM score adjustment", "err", err)
 	}
 	s := conntrackSettings(o)
 	if err := linux.TuneConntrack(linux.ProcHost(), s); err != nil {
-		log.Info("Warning: some conntrack settings were not applied", "err", err)
+		logging.Warning(log, "Some conntrack settings were not applied", "err", err)
 	} else if len(s.Sysctls()) > 0 {
 		log.V(2).Info("Conntrack settings applied", "sysctls", s.Sysctls())
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/pkg/runner"
@@ -334,7 +335,7 @@ func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal 
 func defaultAlgorithm(logger klog.Logger, o *config.Options) proxy.Algorithm {
 	alg, known := SchedulerAlgorithm(o.IPVSScheduler())
 	if !known {
-		logger.Info("Warning: ipvs.scheduler has no kproxy equivalent; Services without the kproxy.io/load-balancing annotation are balanced at random",
+		logging.Warning(logger, "The ipvs.scheduler has no kproxy equivalent; Services without the kproxy.io/load-balancing annotation are balanced at random",
 			"scheduler", o.IPVSScheduler())
 	} else if alg != "" {
 		logger.Info("Node-wide load-balancing algorithm from ipvs.scheduler", "scheduler", o.IPVSScheduler(), "algorithm", alg)

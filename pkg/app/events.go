@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/cache"
+	"github.com/kproxy/kproxy/pkg/logging"
 )
 
 // eventsController is the reportingController of kproxy's Events.
@@ -97,7 +98,7 @@ func (r *reporter) warn(svc types.NamespacedName, reason, message string) {
 	if dup {
 		return
 	}
-	r.log.Info("Warning: the platform cannot honour part of a Service", "service", svc.String(), "reason", reason, "message", message)
+	logging.Warning(r.log, "The platform cannot honour part of a Service", "service", svc.String(), "reason", reason, "message", message)
 	r.serviceEvent(svc, reason, actionSync, message)
 }
 

@@ -209,7 +209,7 @@ func TestManifestModeWarnsInLogs(t *testing.T) {
 	gen := h.waitSync("first sync", succeeded).gen
 	h.write("cache.yaml", strings.ReplaceAll(localOnlyYAML, "6379", "6380"))
 	h.changed("second sync", gen)
-	if n := strings.Count(buf.String(), "Warning: part of a Service is not programmed as asked"); n != 2 {
+	if n := strings.Count(buf.String(), "Warning: Part of a Service is not programmed as asked"); n != 2 {
 		t.Errorf("warning logged %d times, want once per family:\n%s", n, buf.String())
 	}
 	h.waitServers("metrics")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -207,7 +208,7 @@ func (s *syncer) unsupported(b FamilyBackend) {
 		if s.reported[k] {
 			continue
 		}
-		s.log.Info("Warning: part of a Service is not programmed as asked", "service", u.Service.String(), "port", u.Port,
+		logging.Warning(s.log, "Part of a Service is not programmed as asked", "service", u.Service.String(), "port", u.Port,
 			"family", b.Family, "reason", u.Reason, "message", u.Message)
 		s.reporter.serviceEvent(u.Service, u.Reason, actionSync, "node "+s.reporter.nodeName+": "+u.Message)
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
@@ -263,7 +264,7 @@ func (c *Cache) OnEndpointSlice(old, cur *discovery.EndpointSlice) {
 	home, filed := c.sliceHome[key]
 	if cur != nil && info == nil && len(problems) > 0 && filed {
 		c.mu.Unlock()
-		c.log.Info("Warning: keeping the last valid version of an EndpointSlice whose update was rejected",
+		logging.Warning(c.log, "Keeping the last valid version of an EndpointSlice whose update was rejected",
 			"endpointSlice", key.String(), "service", home.String(), "problems", len(problems))
 		if c.conflict != nil {
 			c.conflict(home, ReasonEndpointSliceRejected, fmt.Sprintf(

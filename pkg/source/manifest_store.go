@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
+
+	"github.com/kproxy/kproxy/pkg/logging"
 )
 
 const (
@@ -276,7 +278,7 @@ func (s *manifestStore) merge() map[objectKey]mergedObject {
 	for key, where := range dups {
 		if s.duplicates[key] != where {
 			w := merged[key]
-			s.logger.Info("Warning: object defined more than once in the manifest directory; the last definition wins",
+			logging.Warning(s.logger, "Object defined more than once in the manifest directory; the last definition wins",
 				"object", key.String(), "definitions", where, "winner", fmt.Sprintf("%s:%d", w.file, w.line))
 		}
 	}

@@ -206,7 +206,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 	var denied []string
 	for _, l := range strings.Split(WithoutDumps(e.p.Process().Output()), "\n") {
-		if deniedLine.MatchString(l) && !strings.Contains(l, "could not set the OOM score adjustment") {
+		if deniedLine.MatchString(l) && !strings.Contains(l, "Could not set the OOM score adjustment") {
 			denied = append(denied, l)
 		}
 	}
