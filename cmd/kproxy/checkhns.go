@@ -20,6 +20,15 @@ const envIPAMDataDir = "KPROXY_IPAM_DATA_DIR"
 // returns what kproxy sends (docs/windows.md).
 const checkHNSCommand = "check-hns"
 
+const checkHNSUsage = `Usage: kproxy check-hns [--network-name NAME] [--fake exact|drop|drop-all] [flags]
+
+On a Windows node, creates a set of test Services' HNS objects the way
+kproxy does, reads them back and reports any field HNS did not return as
+sent, then removes them (docs/windows.md). Exit 0 when HNS returned every
+field and a resync would change nothing, 1 otherwise, 2 for a usage error.
+
+`
+
 // runCheckHNS runs `kproxy check-hns` and returns the exit code: 0 when HNS
 // returned every field and a resync would change nothing, 1 otherwise, 2 for
 // a usage error. getenv reads KUBE_NETWORK and KPROXY_IPAM_DATA_DIR.
@@ -38,10 +47,15 @@ func runCheckHNS(ctx context.Context, args []string, getenv func(string) string,
 	fs.StringVar(&externalIP, "external-ip", "", "an unused address for the check's external IP; the LoadBalancer Service uses the next two (default 198.18.0.11)")
 	fs.StringVar(&remoteIP, "remote-ip", "", "an address for the check's remote endpoint (default: in another node's subnet on overlay, else 198.18.1.10)")
 	nodePort := fs.Int32("node-port", 32767, "an unused NodePort for the check")
+	fs.Usage = func() {
+		_, _ = io.WriteString(stdout, checkHNSUsage)
+		_, _ = io.WriteString(stdout, fs.FlagUsages())
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		flagError(stderr, "kproxy "+checkHNSCommand, fs, err)
 		return 2
 	}
 

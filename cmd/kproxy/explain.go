@@ -46,8 +46,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := pflag.NewFlagSet("kproxy explain", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		_, _ = io.WriteString(stderr, explainUsage)
-		fs.PrintDefaults()
+		_, _ = io.WriteString(stdout, explainUsage)
+		_, _ = io.WriteString(stdout, fs.FlagUsages())
 	}
 	o := config.NewOptions()
 	o.AddFlags(fs)
@@ -63,6 +63,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		flagError(stderr, "kproxy explain", fs, err)
 		return 2
 	}
 	if err := explainMain(ctx, fs, o, f, stdout); err != nil {

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runOptions(ctx, o, stdout, stderr)
 }
 
-// runSubcommand runs the subcommand args[0] names (check-hns, explain) and
+// runSubcommand runs the subcommand args[0] names (check-hns, explain, help) and
 // returns its exit code; ok is false when args name none (the proxy runs).
 // Every entry point calls it before parseArgs, which knows no subcommand.
 func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, ok bool) {
@@ -56,6 +56,8 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return runCheckHNS(ctx, args[1:], os.Getenv, stdout, stderr), true
 	case explainCommand:
 		return runExplain(ctx, args[1:], stdout, stderr), true
+	case helpCommand:
+		return runHelp(ctx, args[1:], stdout, stderr), true
 	}
 	return 0, false
 }
@@ -65,13 +67,16 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 func parseArgs(args []string, stdout, stderr io.Writer) (o *config.Options, code int, done bool) {
 	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {} // -h and --help: written to stdout below
 	o = config.NewOptions()
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
+			writeHelp(stdout, fs)
 			return nil, 0, true
 		}
-		_, _ = fmt.Fprintf(stderr, "kproxy: %v\nRun 'kproxy --help' (or 'kube-proxy --help') for usage.\n", err)
+		flagError(stderr, "kproxy", fs, err)
+		_, _ = fmt.Fprintf(stderr, "Run 'kproxy --help' (or 'kube-proxy --help') for usage.\n")
 		return nil, 1, true // as upstream: component-base's cli.Run exits 1 on any error
 	}
 	if fs.NArg() > 0 {
