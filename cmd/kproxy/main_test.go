@@ -110,3 +110,24 @@ func TestIPVSModeDefaultsToRoundRobin(t *testing.T) {
 		t.Errorf("the source-hash annotation lost to the node-wide default")
 	}
 }
+
+// TestDryRunBadManifestExitsNonZero: a dry run over a directory with a
+// manifest that does not parse exits 1 (it used to print the rest and exit
+// 0) and prints no rules.
+func TestDryRunBadManifestExitsNonZero(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"node.yaml":   "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
+		"broken.json": `{"apiVersion": "v1", "kind": "Service",`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	if code := run(ctx, []string{"--manifests", dir, "--hostname-override", "node1", "--dry-run"}, &out, &errs); code != 1 || out.Len() != 0 {
+		t.Errorf("exit %d, stdout %q; want 1 and nothing printed", code, out.String())
+	}
+}

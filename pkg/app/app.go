@@ -121,7 +121,16 @@ type Deps struct {
 	// ConfigWatchInterval is how often the --config file is compared with
 	// the bytes it was loaded from (default configWatchInterval).
 	ConfigWatchInterval time.Duration
+	// InitialListTimeout bounds a dry run's wait for the API server's
+	// initial lists (default DefaultInitialListTimeout).
+	InitialListTimeout time.Duration
 }
+
+// DefaultInitialListTimeout is how long a dry run (and kproxy explain)
+// waits for the initial lists of the API server before giving up. A
+// running proxy waits as long as it takes, as upstream, retrying with
+// backoff and logging each failure.
+const DefaultInitialListTimeout = 30 * time.Second
 
 // Run runs kproxy until ctx is done. With o.Cleanup it removes what the mode
 // programmed; with o.DryRun it prints what would be programmed to stdout.
@@ -167,10 +176,10 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	client := d.Client
+	client, server := d.Client, "(injected client)"
 	if client == nil && o.Manifests == "" {
 		var err error
-		if client, err = newClient(o.ClientConnection()); err != nil {
+		if client, server, err = newClient(o.ClientConnection()); err != nil {
 			return err
 		}
 	}
@@ -190,7 +199,11 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: uids}) }()
 
 	if o.DryRun {
-		if err := waitSynced(ctx, c, srcErr, nil); err != nil {
+		wait := waitSynced
+		if o.Manifests == "" {
+			wait = boundedWait(d.InitialListTimeout, server)
+		}
+		if err := wait(ctx, c, srcErr, nil); err != nil {
 			return err
 		}
 		snap, _ := c.Snapshot()
@@ -311,6 +324,25 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 }
 
+// boundedWait is waitSynced bounded by timeout (DefaultInitialListTimeout
+// when 0), for the runs that end after one look at the API server (dry
+// run, explain): an unreachable server is an error naming it, instead of
+// a wait without end.
+func boundedWait(timeout time.Duration, server string) func(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal <-chan error) error {
+	if timeout <= 0 {
+		timeout = DefaultInitialListTimeout
+	}
+	return func(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal <-chan error) error {
+		bounded, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err := waitSynced(bounded, c, srcErr, fatal)
+		if err != nil && ctx.Err() == nil && bounded.Err() != nil {
+			return fmt.Errorf("no initial lists from the API server %s within %s: is it reachable, and are the credentials valid? (each failed request is logged)", server, timeout)
+		}
+		return err
+	}
+}
+
 // waitSynced waits for the initial lists, or for the source or (with
 // --bind-address-hard-fail) a server to fail.
 func waitSynced(ctx context.Context, c *cache.Cache, srcErr <-chan error, fatal <-chan error) error {
@@ -416,7 +448,7 @@ func waitNode(ctx context.Context, log klog.Logger, node func() proxy.Node, node
 
 func runSource(ctx context.Context, o *config.Options, client kubernetes.Interface, h source.Handler) error {
 	if o.Manifests != "" {
-		return source.RunManifests(ctx, o.Manifests, o.NodeName, h)
+		return source.RunManifestsWith(ctx, o.Manifests, o.NodeName, h, source.ManifestOptions{Strict: o.DryRun})
 	}
 	return source.RunAPIServer(ctx, client, o.NodeName, o.ConfigSyncPeriod(), h)
 }

@@ -11,11 +11,12 @@ import (
 
 // newClient builds an API server client from the connection settings: the
 // kubeconfig (or the in-cluster configuration when none is given), with
-// --master overriding its server.
-func newClient(cc config.ClientConnection) (kubernetes.Interface, error) {
+// --master overriding its server. server is the API server's address, for
+// messages.
+func newClient(cc config.ClientConnection) (client kubernetes.Interface, server string, err error) {
 	rc, err := clientcmd.BuildConfigFromFlags(cc.Master, cc.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("building the API server client configuration (kubeconfig %q, master %q): %w", cc.Kubeconfig, cc.Master, err)
+		return nil, "", fmt.Errorf("building the API server client configuration (kubeconfig %q, master %q): %w", cc.Kubeconfig, cc.Master, err)
 	}
 	rc.UserAgent = "kproxy"
 	if cc.ContentType != "" {
@@ -30,9 +31,9 @@ func newClient(cc config.ClientConnection) (kubernetes.Interface, error) {
 	if cc.Burst > 0 {
 		rc.Burst = cc.Burst
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err = kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("creating the API server client: %w", err)
+		return nil, "", fmt.Errorf("creating the API server client: %w", err)
 	}
-	return client, nil
+	return client, rc.Host, nil
 }

@@ -22,16 +22,18 @@ func Snapshot(ctx context.Context, o *config.Options) (*proxy.Snapshot, error) {
 	c := cache.New(cache.Options{NodeName: o.NodeName, Notify: func() {}, DefaultAlgorithm: defaultAlgorithm(klog.FromContext(ctx), o),
 		Conflict: func(types.NamespacedName, string, string) {}})
 	var client kubernetes.Interface
+	wait := waitSynced
 	if o.Manifests == "" {
-		cl, err := newClient(o.ClientConnection())
+		cl, server, err := newClient(o.ClientConnection())
 		if err != nil {
 			return nil, err
 		}
 		client = cl
+		wait = boundedWait(DefaultInitialListTimeout, server)
 	}
 	srcErr := make(chan error, 1)
 	go func() { srcErr <- runSource(ctx, o, client, sourceHandler{Cache: c, uids: newServiceUIDs()}) }()
-	if err := waitSynced(ctx, c, srcErr, nil); err != nil {
+	if err := wait(ctx, c, srcErr, nil); err != nil {
 		return nil, err
 	}
 	snap, _ := c.Snapshot()

@@ -88,6 +88,11 @@ type manifestStore struct {
 	files      map[string]*fileState
 	duplicates map[objectKey]string // reported duplicate definitions
 	dirErr     string               // last directory error reported
+	// strict: parse errors of whole files are collected in fileErrs
+	// instead of logged (the initial scan of a dry run, which fails on
+	// them).
+	strict   bool
+	fileErrs []error
 
 	mu       sync.Mutex
 	rev      uint64
@@ -226,6 +231,10 @@ func (s *manifestStore) scan(settle bool) error {
 // returns whether st's objects were replaced.
 func (s *manifestStore) parseInto(st *fileState, path string, data []byte) bool {
 	objs, skipped, err := parseManifest(path, data)
+	if err != nil && s.strict {
+		s.fileErrs = append(s.fileErrs, err)
+		return false
+	}
 	if err != nil {
 		kv := []any{"file", path}
 		var fe *fileError

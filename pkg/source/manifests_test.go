@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -126,5 +127,73 @@ func TestRunManifestsFollowsFiles(t *testing.T) {
 	}
 	if n, _ := rec.syncState(); n != 1 {
 		t.Errorf("OnSynced called %d times", n)
+	}
+}
+
+// TestRunManifestsStrict: with Strict (a dry run) the first read fails when
+// a file does not parse, naming each such file, its line and the problem;
+// without it, the same directory is served (the bad files logged).
+func TestRunManifestsStrict(t *testing.T) {
+	dir := t.TempDir()
+	copyDir(t, "testdata/example", dir)
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("broken.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: x\n  spec: [\n")
+	write("broken.json", `{"apiVersion": "v1", "kind": `)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := RunManifestsWith(ctx, dir, "node-1", newRecorder(), ManifestOptions{Strict: true})
+	if err == nil {
+		t.Fatal("strict: no error for a directory with files that do not parse")
+	}
+	for _, want := range []string{filepath.Join(dir, "broken.yaml") + ":3: ", filepath.Join(dir, "broken.json"), "2 manifest file(s)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("strict: error %q lacks %q", err, want)
+		}
+	}
+
+	// Not strict: served, the examples delivered.
+	rec, logs := startManifestSource(t, dir, "node-1")
+	eventually(t, "OnSynced", func() bool { n, _ := rec.syncState(); return n == 1 })
+	if len(logs.find("does not parse")) != 2 {
+		t.Errorf("not strict: want both bad files logged:\n%s", logs.String())
+	}
+}
+
+// TestRunManifestsStrictGoodDirectory: Strict does not fail a directory
+// whose files all parse.
+func TestRunManifestsStrictGoodDirectory(t *testing.T) {
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- RunManifestsWith(ctx, "testdata/example", "node-1", rec, ManifestOptions{Strict: true}) }()
+	eventually(t, "OnSynced", func() bool { n, _ := rec.syncState(); return n == 1 })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("strict over good files: %v", err)
+	}
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
