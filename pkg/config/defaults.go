@@ -25,9 +25,8 @@ const (
 	// ModeIPVS is upstream's ipvs mode: accepted on Linux, where kproxy runs
 	// its iptables backend instead (warned).
 	ModeIPVS v1alpha1.ProxyMode = "ipvs"
-	// ModeNFTables is upstream's nftables mode: accepted on Linux, where
-	// kproxy runs its iptables backend until its nftables backend exists
-	// (warned).
+	// ModeNFTables programs a Linux nftables table of kproxy's own per IP
+	// family (kproxy's nftables backend).
 	ModeNFTables v1alpha1.ProxyMode = "nftables"
 )
 

@@ -361,8 +361,8 @@ func (o *Options) Warnings() []string {
 // as /flagz shows them. Set by Complete.
 func (o *Options) Flagz() []string { return o.flagz }
 
-// ModeWarning says, for a mode kproxy has no backend for (ipvs, nftables),
-// what it runs instead; "" otherwise. The caller also records it as a
+// ModeWarning says, for the mode kproxy has no backend for (ipvs), what it
+// runs instead; "" otherwise. The caller also records it as a
 // Warning Event on the Node.
 func (o *Options) ModeWarning() string {
 	c := o.Config

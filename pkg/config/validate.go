@@ -162,7 +162,8 @@ func validateMode(mode v1alpha1.ProxyMode, path *field.Path, goos string, dryRun
 			return field.ErrorList{field.Invalid(path, string(mode), "kernelspace mode runs only on Windows (use iptables on Linux, or --dry-run to print the HNS plan)")}
 		}
 	case ModeIPVS, ModeNFTables:
-		// They run the iptables backend (warned).
+		// Linux only: nftables runs kproxy's nftables backend, ipvs its
+		// iptables backend (warned).
 		if goos != "linux" && !dryRun {
 			return field.ErrorList{field.Invalid(path, string(mode), "runs only on Linux (use kernelspace on Windows)")}
 		}
