@@ -170,7 +170,9 @@ func TestRunManifestsStrictGoodDirectory(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- RunManifestsWith(ctx, "testdata/example", "node-1", rec, ManifestOptions{Strict: true}) }()
+	go func() {
+		errc <- RunManifestsWith(ctx, "testdata/example", "node-1", rec, ManifestOptions{Strict: true})
+	}()
 	eventually(t, "OnSynced", func() bool { n, _ := rec.syncState(); return n == 1 })
 	cancel()
 	if err := <-errc; err != nil {
