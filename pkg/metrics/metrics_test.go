@@ -433,3 +433,20 @@ func TestPortsByAlgorithm(t *testing.T) {
 		t.Errorf("after an empty view: %v", got)
 	}
 }
+
+// TestNFTablesCleanupFailures: CleanupFailed counts in
+// kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total, per family.
+func TestNFTablesCleanupFailures(t *testing.T) {
+	m := New(Options{Mode: ModeNFTables})
+	v4 := m.NFTables(v1.IPv4Protocol)
+	v4.CleanupFailed()
+	v4.CleanupFailed()
+	var nilRecorder *NFTablesMetrics
+	nilRecorder.CleanupFailed()
+	if got := testutil.ToFloat64(m.nftCleanupFailures.WithLabelValues("IPv4")); got != 2 {
+		t.Errorf("IPv4 cleanup failures = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.nftCleanupFailures.WithLabelValues("IPv6")); got != 0 {
+		t.Errorf("IPv6 cleanup failures = %v, want 0", got)
+	}
+}

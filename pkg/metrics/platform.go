@@ -90,8 +90,12 @@ func (x *NFTablesMetrics) SyncFailed() {
 	x.m.nftSyncFailures.WithLabelValues(x.family).Inc()
 }
 
-// CleanupFailed counts one failed deletion of what kproxy's table no
-// longer needs (kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total).
+// CleanupFailed counts one failed removal, in the nftables mode, of what
+// another proxy left (kube-proxy's table and chains, kproxy's iptables
+// chains), which kproxy does after its first full sync
+// (kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total; upstream
+// counts its deletions of stale chains, which kproxy makes inside the
+// sync's own transaction).
 func (x *NFTablesMetrics) CleanupFailed() {
 	if x == nil {
 		return

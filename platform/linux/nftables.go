@@ -36,7 +36,8 @@ type NFTOptions struct {
 	// in the background: it removes what another proxy left (kube-proxy's
 	// iptables chains and nftables table, kproxy's own iptables chains),
 	// now that kproxy's table serves the same Services. Its error is
-	// logged and it is tried again after the next full sync.
+	// logged, counted (Metrics.CleanupFailed) and it is tried again after
+	// the next full sync.
 	TakeOver func(ctx context.Context) error
 	// Logger receives the backend's log lines (zero: klog's global one).
 	Logger klog.Logger
@@ -46,6 +47,10 @@ type NFTOptions struct {
 type NFTMetrics interface {
 	// SyncFailed counts a failed transaction.
 	SyncFailed()
+	// CleanupFailed counts a failed removal of what another proxy left
+	// (NFTOptions.TakeOver): kproxy's table itself needs no cleanup of its
+	// own, stale chains go in the sync's transaction.
+	CleanupFailed()
 	// Objects records what kproxy's table holds after a sync.
 	Objects(chains, rules, elements int)
 	// Conntrack records one round of stale-flow cleanup (see Metrics).
@@ -55,6 +60,7 @@ type NFTMetrics interface {
 type noNFTMetrics struct{}
 
 func (noNFTMetrics) SyncFailed()                        {}
+func (noNFTMetrics) CleanupFailed()                     {}
 func (noNFTMetrics) Objects(int, int, int)              {}
 func (noNFTMetrics) Conntrack(int, time.Duration, bool) {}
 
@@ -216,6 +222,7 @@ func (b *NFTBackend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Ch
 		b.tookOver = true
 		go func() {
 			if err := b.opts.TakeOver(ctx); err != nil && ctx.Err() == nil {
+				b.opts.Metrics.CleanupFailed()
 				b.log.Error(err, "Taking over from another proxy failed; retrying after the next full sync")
 				b.mu.Lock()
 				b.tookOver = false
