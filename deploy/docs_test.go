@@ -248,7 +248,8 @@ func TestDocumentedFlagsExist(t *testing.T) {
 				}
 				checked++
 				norm := strings.ReplaceAll(name, "_", "-")
-				if fs.Lookup(norm) != nil || (len(norm) == 1 && fs.ShorthandLookup(norm) != nil) || sub[norm] {
+				// -h and --help: pflag's own, which every command has.
+				if fs.Lookup(norm) != nil || (len(norm) == 1 && fs.ShorthandLookup(norm) != nil) || sub[norm] || norm == "help" || norm == "h" {
 					continue
 				}
 				t.Errorf("%s: %q passes --%s, which kproxy does not have", path, strings.TrimSpace(cmd), name)
