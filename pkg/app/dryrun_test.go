@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kproxy/kproxy/pkg/config"
 )
 
 // unreachableKubeconfig writes a kubeconfig whose server is an address
@@ -91,5 +94,15 @@ func TestDryRunBadManifestFails(t *testing.T) {
 	}
 	if out.Len() != 0 {
 		t.Errorf("a failed dry run printed:\n%s", out.String())
+	}
+}
+
+// TestDryRunFlagNamesTheBound: --dry-run's help states the bound the dry
+// run applies.
+func TestDryRunFlagNamesTheBound(t *testing.T) {
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	config.NewOptions().AddFlags(fs)
+	if u := fs.Lookup("dry-run").Usage; !strings.Contains(u, "within "+DefaultInitialListTimeout.String()) {
+		t.Errorf("--dry-run's help %q does not name the %s bound", u, DefaultInitialListTimeout)
 	}
 }

@@ -15,7 +15,8 @@ import (
 // Snapshot reads the configured source (--manifests or the API server) once
 // and returns this node's desired state, as the first sync would see it
 // (bindAddress and the ipvs.scheduler default applied as Run applies them).
-// It programs nothing (used by `kproxy explain`).
+// It programs nothing (used by `kproxy explain`). It waits for the API
+// server's initial lists at most DefaultInitialListTimeout.
 func Snapshot(ctx context.Context, o *config.Options) (*proxy.Snapshot, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
