@@ -131,3 +131,14 @@ func TestDryRunBadManifestExitsNonZero(t *testing.T) {
 		t.Errorf("exit %d, stdout %q; want 1 and nothing printed", code, out.String())
 	}
 }
+
+// TestVersionNamesCommit: --version and --version=raw print the commit
+// (stamped, or "unknown" in a test binary built without VCS information).
+func TestVersionNamesCommit(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{{"--version", "(commit "}, {"--version=raw", "Commit:"}} {
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), []string{tc.arg}, &out, &errs); code != 0 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s: exit %d, stdout %q; want 0 and %q", tc.arg, code, out.String(), tc.want)
+		}
+	}
+}
