@@ -11,6 +11,26 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy ./cmd/kproxy
 	GOOS=windows $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy.exe ./cmd/kproxy
 
+# images: the Linux image as an OCI archive, $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar,
+# offline, without a container engine or registry: kproxy (static, with
+# VERSION) plus Debian's iptables, nftables, conntrack, ipset, kmod and dash
+# with their dependency closure, downloaded with apt-get into
+# $(IMAGE_DIR)/debs (the machine's package lists: apt-get update first) and
+# unpacked with dpkg-deb (pkg/image). Fails if a tool kproxy runs is
+# missing; prints the digest, which is the same for every build of the
+# same commit and package versions (SOURCE_DATE_EPOCH: the last commit's
+# time). image-windows: kproxy.exe and the HostProcess build context (see
+# deploy/windows/build.sh).
+IMAGE_DIR         ?= $(CURDIR)/.build/images
+IMAGE_NAME        ?= ghcr.io/kproxy/kproxy
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_LDFLAGS     := -s -w $(LDFLAGS)
+.PHONY: images image-windows test-image
+images:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/linux-amd64/kproxy ./cmd/kproxy
+	$(GO) run ./pkg/image/cmd/kproxy-image -kproxy $(IMAGE_DIR)/linux-amd64/kproxy -version $(VERSION) \
+		-epoch $(SOURCE_DATE_EPOCH) -name $(IMAGE_NAME) -cache $(IMAGE_DIR)/debs -out $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
+
 # test: everything CI runs, in this order. The control plane (etcd and
 # kube-apiserver built from Go modules, many minutes cold) is built first so
 # that no test package meets a cold build inside its go test deadline.

@@ -87,7 +87,10 @@ type RootFS struct {
 type Image struct {
 	// Ref is the tag, written as the org.opencontainers.image.ref.name
 	// annotation of the index's manifest descriptor (required).
-	Ref          string
+	Ref string
+	// Annotations are added to the index's manifest descriptor (e.g.
+	// io.containerd.image.name, which ctr image import names the image by).
+	Annotations  map[string]string
 	OS           string // "linux"
 	Architecture string // GOARCH spelling: "amd64", "arm64"
 	Entrypoint   []string
@@ -166,6 +169,9 @@ func WriteArchive(w io.Writer, img Image) (Result, error) {
 		Size:        int64(len(manJSON)),
 		Annotations: map[string]string{AnnotationRefName: img.Ref},
 		Platform:    &Platform{Architecture: img.Architecture, OS: img.OS},
+	}
+	for k, v := range img.Annotations {
+		manDesc.Annotations[k] = v
 	}
 	blobs[manDesc.Digest] = manJSON
 	idxJSON, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{manDesc}})
