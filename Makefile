@@ -34,7 +34,7 @@ images:
 # test: everything CI runs, in this order. The control plane (etcd and
 # kube-apiserver built from Go modules, many minutes cold) is built first so
 # that no test package meets a cold build inside its go test deadline.
-test: controlplane vet test-unit test-fuzz test-kernel test-windows test-integration
+test: controlplane vet test-unit test-fuzz test-kernel test-image test-windows test-integration
 
 test-unit:
 	$(GO) test -race -count=1 ./...
@@ -81,9 +81,20 @@ clean:
 .PHONY: test-kernel demo
 
 test-kernel:
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m ./platform/linux/ ./platform/linux/netns/... ./platform/linux/e2e/...
-	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m ./platform/linux/e2e/
-	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 15m ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m -skip '^TestImage$$' ./platform/linux/ ./platform/linux/netns/... ./platform/linux/e2e/...
+	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m -skip '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 15m -skip '^TestImage$$' ./platform/linux/e2e/
+
+# test-image: make images, then the image run by runc in node1's namespace
+# as the DaemonSet runs it (init container, then kproxy with NET_ADMIN and
+# NET_RAW), ClusterIP, NodePort and no-endpoints rows with real traffic: on
+# iptables-nft, iptables-legacy and in the nftables mode
+# (platform/linux/e2e TestImage; root and runc; skips without them, fails
+# under CI=true).
+test-image: images
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(GO) test -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_FLAVOUR=legacy $(GO) test -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_MODE=nftables $(GO) test -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
 
 # demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
 # spread over three pods, an endpoint removed (root; installs iproute2 and
