@@ -113,11 +113,12 @@ test-kernel:
 # NET_RAW), ClusterIP, NodePort and no-endpoints rows with real traffic: on
 # iptables-nft, iptables-legacy and in the nftables mode
 # (platform/linux/e2e TestImage; root and runc; skips without them, fails
-# under CI=true).
+# under CI=true). With -race, as test-kernel: the harness's binaries are
+# then test-kernel's, already built.
 test-image: images
-	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(GO) test -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
-	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_FLAVOUR=legacy $(GO) test -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
-	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_MODE=nftables $(GO) test -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
 
 # demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
 # spread over three pods, an endpoint removed (root; installs iproute2 and
