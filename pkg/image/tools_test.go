@@ -40,8 +40,8 @@ func iptablesTools() []string {
 	return out
 }
 
-// TestToolsCoverExecs reads kproxy's code (cmd/kproxy, platform/linux and
-// below, without tests and test harnesses) for exec.Command,
+// TestToolsCoverExecs reads kproxy's code (cmd/kproxy, pkg and
+// platform/linux, without tests, test harnesses and this image builder) for exec.Command,
 // exec.CommandContext and exec.LookPath calls, and fails unless every tool
 // they can run is in Tools, which CheckTools requires in the image.
 func TestToolsCoverExecs(t *testing.T) {
@@ -52,7 +52,7 @@ func TestToolsCoverExecs(t *testing.T) {
 	repo := filepath.Join("..", "..")
 	seen := map[string]bool{}
 	var calls int
-	for _, dir := range []string{"cmd/kproxy", "platform/linux"} {
+	for _, dir := range []string{"cmd/kproxy", "pkg", "platform/linux"} {
 		err := filepath.WalkDir(filepath.Join(repo, dir), func(p string, d os.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -61,7 +61,8 @@ func TestToolsCoverExecs(t *testing.T) {
 			rel = filepath.ToSlash(rel)
 			if d.IsDir() {
 				// Test harnesses and tools, not kproxy.
-				for _, skip := range []string{"platform/linux/netns", "platform/linux/e2e", "platform/linux/cluster", "platform/linux/integration"} {
+				for _, skip := range []string{"platform/linux/netns", "platform/linux/e2e", "platform/linux/cluster", "platform/linux/integration",
+					"pkg/testing", "pkg/image"} {
 					if rel == skip {
 						return filepath.SkipDir
 					}
