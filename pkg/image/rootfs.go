@@ -154,15 +154,21 @@ func Resolve(ctx context.Context, cache string, pkgs []string) ([]Pkg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolving %v (are the package lists there? apt-get update): %w", pkgs, err)
 	}
+	res := parseInst(out)
+	if len(res) == 0 {
+		return nil, fmt.Errorf("apt-get resolved no package for %v:\n%s", pkgs, out)
+	}
+	return res, nil
+}
+
+// parseInst returns the packages of apt-get -s's Inst lines, sorted by name.
+func parseInst(out []byte) []Pkg {
 	var res []Pkg
 	for _, m := range instLine.FindAllStringSubmatch(string(out), -1) {
 		res = append(res, Pkg{Name: m[1], Version: m[2], Arch: m[3]})
 	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("apt-get resolved no package for %v:\n%s", pkgs, out)
-	}
 	sort.Slice(res, func(i, j int) bool { return res[i].Name < res[j].Name })
-	return res, nil
+	return res
 }
 
 // Download fetches the packages' .debs into cache (those already there are

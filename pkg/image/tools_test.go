@@ -196,3 +196,25 @@ func TestCheckTools(t *testing.T) {
 		t.Errorf("iptables through two links: %v", err)
 	}
 }
+
+// TestParseInst: apt-get -s's Inst lines (with and without the trailing
+// "[]", an epoch in the version, an "all" package) become packages and the
+// .deb names apt-get downloads them as; Conf and other lines are ignored.
+func TestParseInst(t *testing.T) {
+	out := []byte(`NOTE: This is only a simulation!
+Inst netbase (6.4 Debian:12.15/oldstable [all])
+Inst libgcc-s1 (12.2.0-14+deb12u1 Debian:12.15/oldstable [amd64]) []
+Inst conntrack (1:1.4.7-1+b2 Debian:12.15/oldstable [amd64])
+Inst libc6 (2.36-9+deb12u14 Debian-Security:12/oldstable-security [amd64])
+Conf libc6 (2.36-9+deb12u14 Debian-Security:12/oldstable-security [amd64])
+`)
+	got := parseInst(out)
+	var files []string
+	for _, p := range got {
+		files = append(files, p.File())
+	}
+	want := "conntrack_1%3a1.4.7-1+b2_amd64.deb libc6_2.36-9+deb12u14_amd64.deb libgcc-s1_12.2.0-14+deb12u1_amd64.deb netbase_6.4_all.deb"
+	if strings.Join(files, " ") != want {
+		t.Errorf("got %v\nwant %s", files, want)
+	}
+}
