@@ -48,8 +48,11 @@ func TestImage(t *testing.T) {
 	}
 	begin := time.Now()
 	archive := imageArchive(t)
-	rootfs, cfg := unpackImage(t, archive)
-	t.Logf("image %s unpacked in %v", archive, time.Since(begin).Round(time.Millisecond))
+	rootfs, cfg, man := unpackImage(t, archive)
+	t.Logf("image %s (%s) unpacked in %v", archive, man.Digest, time.Since(begin).Round(time.Millisecond))
+	checked := time.Now()
+	checkWithSkopeo(t, archive, man)
+	t.Logf("skopeo check: %v", time.Since(checked).Round(time.Millisecond))
 	if strings.Join(cfg.Config.Entrypoint, " ") != "/usr/local/bin/kproxy" {
 		t.Fatalf("the image's entrypoint is %q", cfg.Config.Entrypoint)
 	}
@@ -146,14 +149,14 @@ func imageArchive(t *testing.T) string {
 
 // unpackImage reads the archive (every digest checked) and unpacks its
 // layers into a fresh root filesystem.
-func unpackImage(t *testing.T, archive string) (string, oci.Config) {
+func unpackImage(t *testing.T, archive string) (string, oci.Config, oci.Descriptor) {
 	t.Helper()
 	f, err := os.Open(archive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	_, cfg, layers, err := oci.ReadArchive(f)
+	man, cfg, layers, err := oci.ReadArchive(f)
 	if err != nil {
 		t.Fatalf("%s: %v", archive, err)
 	}
@@ -166,7 +169,36 @@ func unpackImage(t *testing.T, archive string) (string, oci.Config) {
 			t.Fatalf("%s: %v", archive, err)
 		}
 	}
-	return rootfs, cfg
+	return rootfs, cfg, man
+}
+
+// checkWithSkopeo has a reader other than this repository's own read the
+// archive: skopeo must find the image by its tag (the ref.name annotation)
+// and report the manifest's digest. skopeo is optional outside CI.
+func checkWithSkopeo(t *testing.T, archive string, man oci.Descriptor) {
+	t.Helper()
+	skopeo, err := exec.LookPath("skopeo")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: the image test needs skopeo (apt-get install skopeo): %v", err)
+		}
+		t.Logf("no skopeo (apt-get install skopeo): the archive is read by pkg/image/oci only")
+		return
+	}
+	ref := man.Annotations[oci.AnnotationRefName]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, skopeo, "inspect", "oci-archive:"+archive+":"+ref).Output()
+	if err != nil {
+		t.Fatalf("skopeo inspect oci-archive:%s:%s: %v", archive, ref, err)
+	}
+	var got struct{ Digest string }
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("skopeo inspect: %v\n%s", err, out)
+	}
+	if got.Digest != man.Digest {
+		t.Errorf("skopeo reads digest %s, the index says %s", got.Digest, man.Digest)
+	}
 }
 
 // runcLauncher starts kproxy's runs as runc containers of the image in
