@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/image"
 )
 
 // dockerfile is the part of a Dockerfile these tests look at.
@@ -104,6 +106,30 @@ func TestLinuxImage(t *testing.T) {
 		if !d.has(re) {
 			t.Errorf("linux/Dockerfile's image stage has no line matching %s:\n%s", re, strings.Join(d.final, "\n"))
 		}
+	}
+}
+
+// TestLinuxImagesAgree: the Dockerfile installs the packages make images
+// puts in its image (pkg/image), but dash, which debian:bookworm-slim has.
+func TestLinuxImagesAgree(t *testing.T) {
+	d := readDockerfile(t, "linux/Dockerfile")
+	var installed []string
+	for _, l := range d.final {
+		if _, rest, ok := strings.Cut(l, "apt-get install -y --no-install-recommends "); ok {
+			rest, _, _ = strings.Cut(rest, "&&")
+			installed = strings.Fields(rest)
+		}
+	}
+	var want []string
+	for _, p := range image.Packages {
+		if p != "dash" {
+			want = append(want, p)
+		}
+	}
+	sort.Strings(installed)
+	sort.Strings(want)
+	if strings.Join(installed, " ") != strings.Join(want, " ") {
+		t.Errorf("linux/Dockerfile installs %v, make images' image has %v (and dash)", installed, want)
 	}
 }
 

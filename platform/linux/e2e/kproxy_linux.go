@@ -44,6 +44,11 @@ type Proxy struct {
 	// capabilities. It must exec the binary, so that the process the
 	// harness started is kproxy.
 	Wrapper []string
+	// Launch, when set, replaces Wrapper and Binary: it gets the arguments
+	// of a run (Argv) and returns the command line that starts it, e.g.
+	// runc running kproxy from an image (the image test). The process it
+	// starts must end when it gets SIGTERM, after kproxy has.
+	Launch func(args []string) ([]string, error)
 
 	proc *netns.Process
 	runs int
@@ -114,6 +119,12 @@ func (p *Proxy) Start() error {
 		log = filepath.Join(p.LogDir, fmt.Sprintf("kproxy-%d.log", p.runs))
 	}
 	argv := append(append(append([]string{}, p.Wrapper...), p.Binary), p.Argv()...)
+	if p.Launch != nil {
+		var err error
+		if argv, err = p.Launch(p.Argv()); err != nil {
+			return fmt.Errorf("kproxy#%d: %w", p.runs, err)
+		}
+	}
 	proc, err := p.Cluster.Start(p.host(), fmt.Sprintf("kproxy#%d", p.runs), log, argv...)
 	if err != nil {
 		return err
