@@ -115,7 +115,17 @@ func TestIPVSModeDefaultsToRoundRobin(t *testing.T) {
 // manifest that does not parse exits 1 (it used to print the rest and exit
 // 0) and prints no rules.
 func TestDryRunBadManifestExitsNonZero(t *testing.T) {
-	dir := t.TempDir()
+	// Not t.TempDir: under Wine, removing the unparsable file right after
+	// the run fails ("Invalid function") and t.TempDir fails the test for it.
+	dir, err := os.MkdirTemp("", "kproxy-dryrun-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("leaving %s: %v", dir, err)
+		}
+	})
 	for name, content := range map[string]string{
 		"node.yaml":   "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n",
 		"broken.json": `{"apiVersion": "v1", "kind": "Service",`,
