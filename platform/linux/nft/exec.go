@@ -3,8 +3,10 @@ package nft
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
+	"sync"
 
 	"sigs.k8s.io/knftables"
 )
@@ -21,10 +23,20 @@ type Interface interface {
 }
 
 // System is the real Interface: transactions through "nft -f -" (one
-// process per transaction), listings through knftables.
+// process per transaction), listings through knftables; a transaction of
+// element operations only goes as one netlink batch on a socket System
+// keeps open (see nlbatch.go), unless netlink is turned off.
 type System struct {
 	knftables.Interface
 	path string
+
+	mu sync.Mutex
+	// nl is the open socket (nil: not yet, or closed after a failure);
+	// noNetlink turns the netlink path off.
+	nl        *nlConn
+	noNetlink bool
+	// netlinkRuns and execRuns count the transactions each way went.
+	netlinkRuns, execRuns int
 }
 
 var _ Interface = (*System)(nil)
@@ -43,9 +55,81 @@ func NewSystem(family knftables.Family) (*System, error) {
 	return &System{Interface: k, path: path}, nil
 }
 
-// Run runs nft -f - with the transaction; nft's error output is in the
-// error (IsNotFound recognises "No such file or directory" there).
+// SetNetlink turns the netlink path for element-only transactions on (the
+// default) or off (every transaction through nft -f).
+func (s *System) SetNetlink(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noNetlink = !on
+	if !on && s.nl != nil {
+		s.nl.close()
+		s.nl = nil
+	}
+}
+
+// Runs returns how many transactions went over netlink and through nft -f.
+func (s *System) Runs() (netlink, exec int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.netlinkRuns, s.execRuns
+}
+
+// Close closes the netlink socket, if open.
+func (s *System) Close() {
+	s.SetNetlink(false)
+}
+
+// Run applies the transaction: element operations only as one netlink
+// batch (the kernel's error in the error; ENOENT is IsNotFound), anything
+// else through nft -f - (nft's error output in the error; IsNotFound
+// recognises "No such file or directory" there).
 func (s *System) Run(ctx context.Context, tx *Tx) error {
+	if ops := tx.Elements(); len(ops) > 0 {
+		if done, err := s.runNetlink(tx.Family(), ops); done {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.execRuns++
+	s.mu.Unlock()
+	return s.exec(ctx, tx)
+}
+
+// runNetlink sends ops over the socket; done is false when they must go
+// through nft -f instead (netlink off or unavailable, or an operation it
+// does not encode).
+func (s *System) runNetlink(family knftables.Family, ops []ElemOp) (done bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.noNetlink {
+		return false, nil
+	}
+	if s.nl == nil {
+		c, err := openNetlink()
+		if err != nil {
+			s.noNetlink = true // nft -f from now on
+			return false, nil
+		}
+		s.nl = c
+	}
+	b, err := encodeBatch(family, ops, s.nl.seq)
+	if err != nil {
+		return false, nil
+	}
+	s.nl.seq = b.endSeqNum + 1
+	s.netlinkRuns++
+	if err := s.nl.run(b); err != nil {
+		if errors.Is(err, errNetlinkIO) {
+			s.nl.close()
+			s.nl = nil
+		}
+		return true, fmt.Errorf("nftables transaction of %d element operations: %w", len(ops), err)
+	}
+	return true, nil
+}
+
+// exec runs nft -f - with the transaction.
+func (s *System) exec(ctx context.Context, tx *Tx) error {
 	cmd := exec.CommandContext(ctx, s.path, "-f", "-")
 	cmd.Stdin = bytes.NewReader(tx.Bytes())
 	var stderr bytes.Buffer

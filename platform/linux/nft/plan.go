@@ -212,6 +212,8 @@ func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
 	}
 	var runVerb, runSet string
 	runLen := 0
+	elemOnly := true
+	var elems []ElemOp
 	endRun := func() {
 		if runLen > 0 {
 			out.text = append(out.text, " }\n"...)
@@ -222,6 +224,7 @@ func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
 		for _, o := range list {
 			out.ops++
 			if o.el == nil {
+				elemOnly, elems = false, nil
 				endRun()
 				if kt == nil {
 					kt = newTx()
@@ -237,6 +240,9 @@ func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
 				continue
 			}
 			flush()
+			if elemOnly {
+				elems = append(elems, ElemOp{Delete: o.verb == "delete", Set: o.el.set, Key: o.el.key, Value: o.el.val})
+			}
 			if runLen == 0 || runVerb != o.verb || runSet != o.el.set || runLen >= maxBatch {
 				endRun()
 				out.text = append(out.text, o.verb...)
@@ -259,6 +265,9 @@ func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
 	}
 	endRun()
 	flush()
+	if elemOnly {
+		out.elems = elems
+	}
 }
 
 // maxBatch bounds the elements of one batched command.
@@ -271,6 +280,26 @@ type Tx struct {
 	table string
 	text  []byte
 	ops   int
+	// elems lists the operations when every one is an element's (the
+	// hot path, which System can send over netlink); nil otherwise.
+	elems []ElemOp
+}
+
+// ElemOp is one element operation of a transaction. Value is the map
+// value ("" for a set; not used by a deletion).
+type ElemOp struct {
+	Delete          bool
+	Set, Key, Value string
+}
+
+// Elements returns the transaction's operations when they are all element
+// operations of kproxy's table (nil otherwise).
+func (t *Tx) Elements() []ElemOp { return t.elems }
+
+// Family returns the nftables family the transaction is for.
+func (t *Tx) Family() knftables.Family {
+	f, _, _ := strings.Cut(t.table, " ")
+	return knftables.Family(f)
 }
 
 // String returns the nft -f input.
@@ -810,4 +839,21 @@ func (rd *Renderer) finish(t *tx, last, next *Applied, full bool) {
 func hairpinElem(h netip.Addr) elem {
 	a := h.String()
 	return elem{set: SetHairpin, key: a + " . " + a}
+}
+
+// ElementTx returns a transaction of element operations on family's
+// kproxy table, in the order a render writes them (deletions first).
+func ElementTx(family knftables.Family, ops []ElemOp) *Tx {
+	t := &tx{}
+	for _, o := range ops {
+		e := elem{set: o.Set, key: o.Key, val: o.Value}
+		if o.Delete {
+			t.delElem(e)
+		} else {
+			t.addElem(e)
+		}
+	}
+	out := &Tx{table: string(family) + " " + TableName}
+	t.write(out, func() *knftables.Transaction { return knftables.NewFake(family, TableName).NewTransaction() })
+	return out
 }

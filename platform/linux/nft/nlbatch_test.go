@@ -1,0 +1,133 @@
+package nft
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Keys and values in the layout of nftables registers: each part of a
+// concatenation padded to 4 bytes, addresses and ports in network order,
+// numgen's slot in host order (TestKernelNFTNetlinkElements in
+// platform/linux checks the same against what nft -f writes).
+func TestEncodeConcat(t *testing.T) {
+	slot1 := binary.NativeEndian.AppendUint32(nil, 1)
+	for _, tc := range []struct {
+		text   string
+		fields []field
+		v6     bool
+		want   []byte
+	}{
+		{"10.96.0.1 . tcp . 80", []field{fieldAddr, fieldProto, fieldService}, false, []byte{10, 96, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0}},
+		{"sctp . 30001", []field{fieldProto, fieldService}, false, []byte{132, 0, 0, 0, 0x75, 0x31, 0, 0}},
+		{"10.96.0.1 . 443 . 1", []field{fieldAddr, fieldService, fieldSlot}, false, append([]byte{10, 96, 0, 1, 1, 0xbb, 0, 0}, slot1...)},
+		{"fd00::1 . 8080", []field{fieldAddr, fieldService}, true, []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x1f, 0x90, 0, 0}},
+		{"17 . 53", []field{fieldProto, fieldService}, false, []byte{17, 0, 0, 0, 0, 53, 0, 0}},
+	} {
+		got, err := encodeConcat(nil, tc.text, tc.fields, tc.v6)
+		if err != nil {
+			t.Errorf("%q: %v", tc.text, err)
+			continue
+		}
+		if string(got) != string(tc.want) {
+			t.Errorf("%q: % x, want % x", tc.text, got, tc.want)
+		}
+	}
+}
+
+// What the encoder does not know goes through nft -f: a set it has no
+// layout for (a port's own sets, the interval set of pod CIDRs), a value
+// it cannot read, an address of the other family, too many operations.
+func TestEncodeBatchRefuses(t *testing.T) {
+	for _, ops := range [][]ElemOp{
+		{{Set: SetPodCIDRs, Key: "10.0.0.0/8"}},
+		{{Set: "port-abc-affinity-1", Key: "10.0.0.1"}},
+		{{Set: MapFrontends, Key: "10.0.0.1 . tcp . 80", Value: "dnat to 10.0.0.2"}},
+		{{Set: MapFrontends, Key: "fd00::1 . tcp . 80", Value: "drop"}},
+		{{Set: MapFrontends, Key: "10.0.0.1 . tcp", Value: "drop"}},
+		{{Set: "cluster-ip-tcp", Key: "10.0.0.1 . 80 . x", Value: "10.0.0.2 . 80"}},
+		{{Set: "cluster-xx-tcp", Key: "10.0.0.1 . 80 . 0", Value: "10.0.0.2 . 80"}},
+		{{Set: SetHairpin, Key: "10.0.0.1 . 10.0.0.1", Value: "drop"}},
+		nil,
+		make([]ElemOp, maxNetlinkElems+1),
+	} {
+		if b, err := encodeBatch(knftables.IPv4Family, ops, 1); err == nil || !errors.Is(err, errNotEncodable) {
+			t.Errorf("%.80v: encoded (%v, %v)", ops, b != nil, err)
+		}
+	}
+}
+
+// A batch: begin, one message per run of one verb on one set, end; each
+// element message asks for an acknowledgement; the answers are matched by
+// sequence number, errors named, ENOENT is IsNotFound.
+func TestEncodeBatchAndAcks(t *testing.T) {
+	ops := []ElemOp{
+		{Delete: true, Set: "cluster-ip-tcp", Key: "10.96.0.1 . 80 . 0"},
+		{Delete: true, Set: MapFrontends, Key: "0.0.0.0 . tcp . 0"},
+		{Set: "cluster-ip-tcp", Key: "10.96.0.1 . 80 . 0", Value: "10.128.0.1 . 8080"},
+		{Set: "cluster-ip-tcp", Key: "10.96.0.1 . 80 . 1", Value: "10.128.0.2 . 8080"},
+		{Set: MapFrontends, Key: "10.96.0.1 . tcp . 80", Value: "goto dnat-cluster-ip-tcp-r2"},
+		{Set: MapFrontends, Key: "0.0.0.0 . tcp . 0", Value: "drop"},
+	}
+	b, err := encodeBatch(knftables.IPv4Family, ops, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type msg struct {
+		typ, flags uint16
+		seq        uint32
+	}
+	var msgs []msg
+	for buf := b.data; len(buf) > 0; {
+		l := binary.NativeEndian.Uint32(buf)
+		msgs = append(msgs, msg{binary.NativeEndian.Uint16(buf[4:]), binary.NativeEndian.Uint16(buf[6:]), binary.NativeEndian.Uint32(buf[8:])})
+		if l%4 != 0 || int(l) > len(buf) {
+			t.Fatalf("message length %d", l)
+		}
+		buf = buf[l:]
+	}
+	del, add := uint16(nfnlSubsysNFTables<<8|nftMsgDelSetElem), uint16(nfnlSubsysNFTables<<8|nftMsgNewSetElem)
+	want := []msg{{nfnlMsgBatchBegin, nlmFRequest, 100}, {del, nlmFRequest | nlmFAck, 101}, {del, nlmFRequest | nlmFAck, 102},
+		{add, nlmFRequest | nlmFAck | nlmFCreate, 103}, {add, nlmFRequest | nlmFAck | nlmFCreate, 104}, {nfnlMsgBatchEnd, nlmFRequest, 105}}
+	if len(msgs) != len(want) {
+		t.Fatalf("messages %v, want %v", msgs, want)
+	}
+	for i := range want {
+		if msgs[i] != want[i] {
+			t.Errorf("message %d: %+v, want %+v", i, msgs[i], want[i])
+		}
+	}
+	if !strings.Contains(string(b.data), "dnat-cluster-ip-tcp-r2\x00") {
+		t.Error("the goto's chain name is not in the batch")
+	}
+
+	ack := func(seq uint32, code int32) []byte {
+		m := make([]byte, 36)
+		binary.NativeEndian.PutUint32(m, 36)
+		binary.NativeEndian.PutUint16(m[4:], nlmsgError)
+		binary.NativeEndian.PutUint32(m[8:], seq)
+		binary.NativeEndian.PutUint32(m[16:], uint32(code))
+		return m
+	}
+	st := newAckState(b)
+	if err := st.read(append(ack(7, -2), ack(101, 0)...)); err != nil || st.done() || st.err != nil {
+		t.Fatalf("after one ack (and one of another batch): done %v, err %v/%v", st.done(), err, st.err)
+	}
+	if err := st.read(append(append(ack(102, 0), ack(103, -2 /* ENOENT */)...), ack(104, 0)...)); err != nil || !st.done() {
+		t.Fatalf("after every ack: done %v, err %v", st.done(), err)
+	}
+	if st.err == nil || !IsNotFound(st.err) || !strings.Contains(st.err.Error(), "element message 3 of 4") {
+		t.Errorf("error %v, want message 3's ENOENT as not found", st.err)
+	}
+	st = newAckState(b)
+	_ = st.read(ack(100, -16 /* EBUSY */))
+	if st.err == nil || !strings.Contains(st.err.Error(), "the commit") || IsNotFound(st.err) {
+		t.Errorf("a failed commit: %v", st.err)
+	}
+	if err := newAckState(b).read([]byte{40, 0, 0, 0, 2, 0}); err == nil {
+		t.Error("a truncated message was read")
+	}
+}

@@ -1,0 +1,226 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/nft"
+)
+
+// netlinkPorts are service ports whose elements fill every set and map the
+// netlink path encodes: ClusterIPs and NodePorts of each protocol with 3
+// endpoints (slots 0-2), one of them on this node (hairpin), Local policies
+// (the local maps), an externalIP. (The NodePort address set has elements
+// only with --nodeport-addresses; it is encoded as the hairpin set's
+// halves are.)
+func netlinkPorts(fam v1.IPFamily, node netip.Addr) map[proxy.ServicePortName]*proxy.ServicePort {
+	addr := func(a, b byte) netip.Addr {
+		if fam == v1.IPv6Protocol {
+			return netip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, a, b})
+		}
+		return netip.AddrFrom4([4]byte{10, 96 + a, 0, b})
+	}
+	out := map[proxy.ServicePortName]*proxy.ServicePort{}
+	for i, proto := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
+		for j, local := range []bool{false, true} {
+			k := byte(2*i + j + 1)
+			name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "nl", Name: fmt.Sprintf("s%d", k)}, Port: "p", Protocol: proto}
+			sp := &proxy.ServicePort{Name: name, Family: fam, Type: v1.ServiceTypeNodePort, ClusterIP: addr(0, k), Port: 80 + int32(k),
+				Protocol: proto, NodePort: 30000 + int32(k), ExternalIPs: []netip.Addr{addr(1, k)},
+				ExternalPolicyLocal: local, InternalPolicyLocal: local, HasAnyEndpoints: true}
+			for e := range 3 {
+				ep := proxy.Endpoint{IP: addr(2, byte(10*k)+byte(e)), Port: 8080 + int32(e), Ready: true, Serving: true}
+				if e == 0 {
+					ep.IP, ep.Local = node, true
+				}
+				sp.ClusterEndpoints = append(sp.ClusterEndpoints, ep)
+				if ep.Local {
+					sp.LocalEndpoints = append(sp.LocalEndpoints, ep)
+				}
+			}
+			out[name] = sp
+		}
+	}
+	return out
+}
+
+// netlinkSets are the sets and maps the netlink path encodes.
+func netlinkSet(name string) bool {
+	switch name {
+	case nft.MapFrontends, nft.MapNodePorts, nft.SetHairpin, nft.SetNodePorts:
+		return true
+	}
+	return strings.HasPrefix(name, "cluster-") || strings.HasPrefix(name, "local-")
+}
+
+// tableElements lists every element of kproxy's table, as "set: key : value".
+func tableElements(t *testing.T, fam v1.IPFamily) []string {
+	t.Helper()
+	out, err := exec.Command("nft", "-j", "list", "table", string(nft.Family(fam)), nft.TableName).Output()
+	if err != nil {
+		t.Fatalf("nft -j list table: %v", err)
+	}
+	l, err := nft.ParseJSON(nft.Family(fam), nft.TableName, out)
+	if err != nil || l.Model == nil {
+		t.Fatalf("reading the table back: %v", err)
+	}
+	var els []string
+	for name, s := range l.Model.Sets {
+		for _, e := range s.Elements {
+			els = append(els, name+": "+strings.Join(e.Key, " . ")+" : "+strings.Join(e.Value, " . "))
+		}
+	}
+	slices.Sort(els)
+	return els
+}
+
+// TestKernelNFTNetlinkElements: element operations sent over netlink (the
+// hot path) are the ones nft -f writes. A table written by nft -f has every
+// element of the encoded sets deleted and added again in one netlink batch:
+// each deletion finds its element (a wrong key encoding is ENOENT), and the
+// table read back is the same, element for element (a wrong value is a
+// different one). A batch whose last operation fails changes nothing, and
+// its error is IsNotFound. An endpoint change through the backend goes over
+// netlink, and a full sync afterwards writes nothing different.
+func TestKernelNFTNetlinkElements(t *testing.T) {
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(fam), func(t *testing.T) {
+			inNetns(t, func() {
+				ctx := context.Background()
+				node := netip.MustParseAddr("192.168.77.2")
+				if fam == v1.IPv6Protocol {
+					node = netip.MustParseAddr("fd00:77::2")
+				}
+				be := systemNFTBackend(t, fam)
+				be.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
+				sys := be.opts.NFT.(*nft.System)
+				defer sys.Close()
+				sys.SetNetlink(false)
+				ports := netlinkPorts(fam, node)
+				snap := &proxy.Snapshot{IPv4: proxy.NewFamilyView(v1.IPv4Protocol, nil), IPv6: proxy.NewFamilyView(v1.IPv6Protocol, nil)}
+				if fam == v1.IPv6Protocol {
+					snap.IPv6 = proxy.NewFamilyView(fam, ports)
+				} else {
+					snap.IPv4 = proxy.NewFamilyView(fam, ports)
+				}
+				if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+					t.Fatal(err)
+				}
+				before := tableElements(t, fam)
+
+				all, err := sys.ListAll(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var dels, adds []nft.ElemOp
+				covered := map[string]bool{}
+				for _, kind := range []string{"set", "map"} {
+					for _, name := range all[kind] {
+						if !netlinkSet(name) {
+							continue
+						}
+						els, err := sys.ListElements(ctx, kind, name)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, e := range els {
+							key, val := strings.Join(e.Key, " . "), strings.Join(e.Value, " . ")
+							dels = append(dels, nft.ElemOp{Delete: true, Set: name, Key: key})
+							adds = append(adds, nft.ElemOp{Set: name, Key: key, Value: val})
+							covered[name] = true
+						}
+					}
+				}
+				for _, want := range []string{nft.MapFrontends, nft.MapNodePorts, nft.SetHairpin, "cluster-ip-tcp", "cluster-ip-udp",
+					"cluster-ip-sctp", "cluster-np-tcp", "local-ip-tcp", "local-np-udp"} {
+					if !covered[want] {
+						t.Errorf("no element of %s in the table to check (covered: %v)", want, covered)
+					}
+				}
+				tx := nft.ElementTx(nft.Family(fam), append(dels, adds...))
+				if tx.Elements() == nil {
+					t.Fatal("an element-only transaction does not list its elements")
+				}
+				sys.SetNetlink(true)
+				nl0, ex0 := sys.Runs()
+				if err := sys.Run(ctx, tx); err != nil {
+					t.Fatalf("netlink batch of %d operations: %v", len(dels)+len(adds), err)
+				}
+				if nl, ex := sys.Runs(); nl != nl0+1 || ex != ex0 {
+					t.Fatalf("runs over netlink %d, through nft -f %d; want one more over netlink", nl-nl0, ex-ex0)
+				}
+				if d := diffLines(before, tableElements(t, fam)); d != "" {
+					t.Errorf("the table after the netlink batch differs:\n%s", d)
+				}
+
+				// Atomic: the first deletion is undone when the second fails.
+				bad := nft.ElementTx(nft.Family(fam), []nft.ElemOp{dels[0], {Delete: true, Set: nft.MapNodePorts, Key: "tcp . 1"}})
+				err = sys.Run(ctx, bad)
+				if err == nil || !nft.IsNotFound(err) {
+					t.Errorf("deleting a missing element: %v, want a not-found error", err)
+				}
+				if d := diffLines(before, tableElements(t, fam)); d != "" {
+					t.Errorf("a failed batch changed the table:\n%s", d)
+				}
+
+				// An endpoint change through the backend: netlink, and a
+				// full sync afterwards finds the table as it would write it.
+				for name, sp := range ports {
+					c := *sp
+					c.ClusterEndpoints = slices.Clone(sp.ClusterEndpoints)
+					c.ClusterEndpoints[2].Port = 9999
+					ports[name] = &c
+					ch := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}
+					if fam == v1.IPv6Protocol {
+						snap.IPv6 = proxy.NewFamilyView(fam, ports)
+					} else {
+						snap.IPv4 = proxy.NewFamilyView(fam, ports)
+					}
+					nl0, _ = sys.Runs()
+					if err := be.Sync(ctx, snap, ch); err != nil {
+						t.Fatal(err)
+					}
+					if nl, _ := sys.Runs(); nl != nl0+1 {
+						t.Errorf("the endpoint change of %s did not go over netlink", name)
+					}
+					break
+				}
+				changed := tableElements(t, fam)
+				if slices.Equal(changed, before) {
+					t.Fatal("the endpoint change changed no element")
+				}
+				if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+					t.Fatal(err)
+				}
+				if d := diffLines(changed, tableElements(t, fam)); d != "" {
+					t.Errorf("a full sync after the netlink change differs:\n%s", d)
+				}
+			})
+		})
+	}
+}
+
+// diffLines lists the lines only in a (-) or only in b (+).
+func diffLines(a, b []string) string {
+	var out []string
+	for _, l := range a {
+		if !slices.Contains(b, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range b {
+		if !slices.Contains(a, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
