@@ -41,8 +41,9 @@ var (
 	benchProfiles  = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
 )
 
-// benchVerbosity is kproxy's -v in the benchmark (2 logs every sync).
-var benchVerbosity = "1"
+// benchVerbosity is kproxy's -v in the benchmark (2 logs every sync, and
+// the steps of the start: for a timeline, with KPROXY_INTEGRATION_LOGS).
+var benchVerbosity = flag.String("cluster-bench-v", "1", "kproxy's -v in the benchmark")
 
 // benchNamespace holds the loaded Services; the probe Service is in default.
 const benchNamespace = "bench"
@@ -305,7 +306,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	if logDir == "" {
 		logDir = b.TempDir()
 	}
-	args := []string{"--cluster-cidr", c.Topology.ClusterCIDR4.String() + "," + c.Topology.ClusterCIDR6.String(), "-v", benchVerbosity}
+	args := []string{"--cluster-cidr", c.Topology.ClusterCIDR4.String() + "," + c.Topology.ClusterCIDR6.String(), "-v", *benchVerbosity}
 	if *benchProfiles != "" {
 		args = append(args, "--profiling")
 	}
@@ -600,11 +601,21 @@ func (w *benchWorld) changeOneEndpoint(ctx context.Context, host string) time.Du
 		b.Fatal(err)
 	}
 	slice := benchSlice(svc, i*w.eps, w.eps)
+	// As the EndpointSlice controller does: the slice it changes is in its
+	// informer's cache (read here before the trigger time), and the change
+	// is one update. The trigger time is taken just before that write, so
+	// the sample holds one API round trip, the watch and kproxy's sync.
+	api := w.Admin.DiscoveryV1().EndpointSlices(benchNamespace)
+	cur, err := api.Get(ctx, slice.Name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
 	w.changed++
 	fresh := benchEndpoint(w.n*w.eps + w.changed) // never used before
 	slice.Endpoints[0].Addresses = []string{fresh}
 	AsController(svc, time.Now(), slice)
-	if err := w.Writer.ApplySlices(ctx, slice); err != nil {
+	slice.ResourceVersion = cur.ResourceVersion
+	if _, err := api.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
