@@ -88,6 +88,10 @@ func (s *System) Run(ctx context.Context, tx *Tx) error {
 		if done, err := s.runNetlink(tx.Family(), ops); done {
 			return err
 		}
+	} else if pre, bulk, post, ok := tx.Split(); ok {
+		if done, err := s.runSplit(ctx, tx.Family(), pre, bulk, post); done {
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.execRuns++
@@ -101,29 +105,74 @@ func (s *System) Run(ctx context.Context, tx *Tx) error {
 func (s *System) runNetlink(family knftables.Family, ops []ElemOp) (done bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.noNetlink {
+	b := s.encode(family, ops, maxNetlinkElems)
+	if b == nil {
 		return false, nil
+	}
+	if err := s.send(b); err != nil {
+		return true, fmt.Errorf("nftables transaction of %d element operations: %w", len(ops), err)
+	}
+	return true, nil
+}
+
+// encode opens the socket if needed and encodes ops as a batch (nil: the
+// netlink path is off or unavailable, or ops are not encodable). The
+// caller holds s.mu.
+func (s *System) encode(family knftables.Family, ops []ElemOp, limit int) *nlBatch {
+	if s.noNetlink {
+		return nil
 	}
 	if s.nl == nil {
 		c, err := openNetlink()
 		if err != nil {
 			s.noNetlink = true // nft -f from now on
-			return false, nil
+			return nil
 		}
 		s.nl = c
 	}
-	b, err := encodeBatch(family, ops, s.nl.seq)
+	b, err := encodeBatch(family, ops, s.nl.seq, limit)
 	if err != nil {
-		return false, nil
+		return nil
 	}
 	s.nl.seq = b.endSeqNum + 1
+	return b
+}
+
+// send runs an encoded batch; a failed socket is closed (the next batch
+// opens another). The caller holds s.mu.
+func (s *System) send(b *nlBatch) error {
 	s.netlinkRuns++
-	if err := s.nl.run(b); err != nil {
-		if errors.Is(err, errNetlinkIO) {
-			s.nl.close()
-			s.nl = nil
+	err := s.nl.run(b)
+	if err != nil && errors.Is(err, errNetlinkIO) {
+		s.nl.close()
+		s.nl = nil
+	}
+	return err
+}
+
+// runSplit runs a full transaction in the three parts of Tx.Split: nft -f,
+// one netlink batch, nft -f. done is false when it must go through nft -f
+// whole (netlink off or unavailable, elements it does not encode); then
+// nothing has run.
+func (s *System) runSplit(ctx context.Context, family knftables.Family, pre *Tx, bulk []ElemOp, post *Tx) (done bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.encode(family, bulk, maxBulkElems)
+	if b == nil {
+		return false, nil
+	}
+	s.execRuns++
+	if err := s.exec(ctx, pre); err != nil {
+		return true, fmt.Errorf("full sync, chains and rules (nothing changed): %w", err)
+	}
+	if err := s.send(b); err != nil {
+		return true, fmt.Errorf("full sync, %d element operations over netlink (the chains and rules are new, the elements as before): %w", len(bulk), err)
+	}
+	if post.NumOperations() > 0 {
+		s.execRuns++
+		if err := s.exec(ctx, post); err != nil {
+			return true, fmt.Errorf("full sync, deleting %d chains and sets no longer used: %w", post.NumOperations(), err)
 		}
-		return true, fmt.Errorf("nftables transaction of %d element operations: %w", len(ops), err)
 	}
 	return true, nil
 }

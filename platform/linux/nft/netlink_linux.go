@@ -15,7 +15,15 @@ type nlConn struct {
 	fd  int
 	seq uint32
 	buf []byte
+	// sndbuf and rcvbuf are the buffer sizes asked for: a batch must fit
+	// in the first, the kernel's answers to all its messages in the
+	// second (it drops what does not fit, and the batch's outcome is lost).
+	sndbuf, rcvbuf int
 }
+
+// ackRoom is the receive buffer one acknowledgement takes (the kernel
+// counts a small message's socket buffer, not its bytes).
+const ackRoom = 2048
 
 // nlTimeout bounds the wait for the kernel's answers to one batch.
 const nlTimeout = 10 * time.Second
@@ -28,8 +36,12 @@ func openNetlink() (*nlConn, error) {
 	c := &nlConn{fd: fd, seq: uint32(time.Now().Unix()), buf: make([]byte, 1<<16)}
 	// Errors carry the failed message's header only, not its payload.
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20); err != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+	c.sndbuf = 4 << 20
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, c.sndbuf); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, c.sndbuf)
+	}
+	if c.rcvbuf, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err != nil {
+		c.rcvbuf = 0
 	}
 	tv := unix.NsecToTimeval(nlTimeout.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
@@ -53,6 +65,20 @@ var errNetlinkIO = errors.New("netlink socket")
 // message. It returns an error wrapping errNetlinkIO when the socket
 // failed; the caller then closes it.
 func (c *nlConn) run(b *nlBatch) error {
+	// A full sync's batch is larger than the hot path's (megabytes, a few
+	// hundred messages): grow the buffers first.
+	if need := len(b.data) + 64<<10; need > c.sndbuf {
+		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, need); err != nil {
+			return fmt.Errorf("%w: a send buffer of %d bytes: %w", errNetlinkIO, need, err)
+		}
+		c.sndbuf = need
+	}
+	if need := (b.messages + 2) * ackRoom; need > c.rcvbuf {
+		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, need); err != nil {
+			return fmt.Errorf("%w: a receive buffer of %d bytes: %w", errNetlinkIO, need, err)
+		}
+		c.rcvbuf = need
+	}
 	if err := unix.Sendto(c.fd, b.data, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("%w: send: %w", errNetlinkIO, err)
 	}

@@ -214,12 +214,17 @@ func (w *nlBuf) str(typ uint16, s string) {
 	w.endAttr(st)
 }
 
-// maxNetlinkElems bounds the element operations of a transaction sent
-// over netlink (larger ones, a burst of new Services, go through nft -f);
-// maxNetlinkMsgElems those of one message.
+// maxNetlinkElems bounds the element operations of a partial transaction
+// sent over netlink (larger ones, a burst of new Services, go through
+// nft -f), maxBulkElems those of a full sync's batch (see Tx.Split);
+// maxNetlinkMsgElems and maxNetlinkListBytes bound one message's elements
+// and their attribute, whose length field has 16 bits (an element takes
+// at most a few hundred bytes: a verdict names a chain of at most 255).
 const (
-	maxNetlinkElems    = 4096
-	maxNetlinkMsgElems = 512
+	maxNetlinkElems     = 4096
+	maxBulkElems        = 1 << 22
+	maxNetlinkMsgElems  = 512
+	maxNetlinkListBytes = 60 << 10
 )
 
 // nlBatch is an encoded batch: its bytes, and the sequence numbers of the
@@ -235,8 +240,8 @@ type nlBatch struct {
 // encodeBatch encodes element operations of family's kproxy table as one
 // nfnetlink batch, with sequence numbers from seq on. Consecutive
 // operations on one set with one verb share a message, as nft sends them.
-func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32) (*nlBatch, error) {
-	if len(ops) == 0 || len(ops) > maxNetlinkElems {
+func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (*nlBatch, error) {
+	if len(ops) == 0 || len(ops) > limit {
 		return nil, fmt.Errorf("%w: %d operations", errNotEncodable, len(ops))
 	}
 	var proto uint8
@@ -272,7 +277,18 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32) (*nlBatch, e
 		if !ok {
 			return nil, fmt.Errorf("%w: set %q", errNotEncodable, op.Set)
 		}
-		if cur == nil || cur.Set != op.Set || cur.Delete != op.Delete || inMsg >= maxNetlinkMsgElems {
+		if op.Flush {
+			// A deletion naming no element flushes the set.
+			closeMsg()
+			m := w.msg(nfnlSubsysNFTables<<8|nftMsgDelSetElem, nlmFRequest|nlmFAck, seq, proto, 0)
+			w.str(nftaSetElemListTable, TableName)
+			w.str(nftaSetElemListSet, op.Set)
+			w.endMsg(m)
+			out.messages++
+			seq++
+			continue
+		}
+		if cur == nil || cur.Set != op.Set || cur.Delete != op.Delete || inMsg >= maxNetlinkMsgElems || len(w.b)-listStart > maxNetlinkListBytes {
 			closeMsg()
 			typ, flags := uint16(nfnlSubsysNFTables<<8|nftMsgNewSetElem), uint16(nlmFRequest|nlmFAck|nlmFCreate)
 			if op.Delete {

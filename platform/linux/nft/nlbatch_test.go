@@ -3,6 +3,7 @@ package nft
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -54,7 +55,7 @@ func TestEncodeBatchRefuses(t *testing.T) {
 		nil,
 		make([]ElemOp, maxNetlinkElems+1),
 	} {
-		if b, err := encodeBatch(knftables.IPv4Family, ops, 1); err == nil || !errors.Is(err, errNotEncodable) {
+		if b, err := encodeBatch(knftables.IPv4Family, ops, 1, maxNetlinkElems); err == nil || !errors.Is(err, errNotEncodable) {
 			t.Errorf("%.80v: encoded (%v, %v)", ops, b != nil, err)
 		}
 	}
@@ -72,7 +73,7 @@ func TestEncodeBatchAndAcks(t *testing.T) {
 		{Set: MapFrontends, Key: "10.96.0.1 . tcp . 80", Value: "goto dnat-cluster-ip-tcp-r2"},
 		{Set: MapFrontends, Key: "0.0.0.0 . tcp . 0", Value: "drop"},
 	}
-	b, err := encodeBatch(knftables.IPv4Family, ops, 100)
+	b, err := encodeBatch(knftables.IPv4Family, ops, 100, maxNetlinkElems)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,5 +130,46 @@ func TestEncodeBatchAndAcks(t *testing.T) {
 	}
 	if err := newAckState(b).read([]byte{40, 0, 0, 0, 2, 0}); err == nil {
 		t.Error("a truncated message was read")
+	}
+}
+
+// A full sync's batch: a flush is a deletion naming no element, in a
+// message of its own; elements with long values are spread over messages
+// so that no element list overflows its 16-bit attribute length.
+func TestEncodeBatchFlushAndLargeMessages(t *testing.T) {
+	ops := []ElemOp{{Flush: true, Set: MapFrontends}}
+	long := "goto port-" + strings.Repeat("x", 200)
+	for i := range 500 {
+		ops = append(ops, ElemOp{Set: MapFrontends, Key: fmt.Sprintf("10.96.%d.%d . tcp . 80", i/256, i%256), Value: long})
+	}
+	if _, err := encodeBatch(knftables.IPv4Family, ops, 1, 100); err == nil {
+		t.Error("a batch over the limit was encoded")
+	}
+	b, err := encodeBatch(knftables.IPv4Family, ops, 1, maxBulkElems)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lens []int
+	var first []byte
+	for buf := b.data; len(buf) > 0; {
+		l := binary.NativeEndian.Uint32(buf)
+		if first == nil && binary.NativeEndian.Uint16(buf[4:]) == nfnlSubsysNFTables<<8|nftMsgDelSetElem {
+			first = buf[:l]
+		}
+		lens = append(lens, int(l))
+		buf = buf[l:]
+	}
+	// begin, the flush, the elements' messages, end.
+	if len(lens) < 5 || b.messages != len(lens)-2 {
+		t.Fatalf("%d messages (%d acknowledged), want begin, a flush, at least two of elements, end", len(lens), b.messages)
+	}
+	for i, l := range lens[2 : len(lens)-1] {
+		if l > 1<<16 {
+			t.Errorf("element message %d is %d bytes: its list attribute overflows", i, l)
+		}
+	}
+	// The flush: header, nfgenmsg, table and set names, nothing else.
+	if want := nlmsgHdrLen + 4 + 4 + len(TableName) + 1 + 4 + len(MapFrontends) + 1; len(first) < want || len(first) > want+8 {
+		t.Errorf("the flush message is %d bytes, want about %d (no element list)", len(first), want)
 	}
 }

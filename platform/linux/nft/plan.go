@@ -203,28 +203,54 @@ type op struct {
 // set are batched into one command each (nft parses one command of a
 // thousand elements far faster than a thousand commands).
 func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
+	t.summarize(out)
+	out.src, out.newTx = t, newTx
+}
+
+// lists returns the operation lists in the order they run.
+func (t *tx) lists() [][]op {
+	return [][]op{t.head, t.chains, t.rules, t.delElems, t.addElems, t.delChains, t.delSets}
+}
+
+// summarize counts the operations into out, and lists them as ElemOps
+// when every one is an element's.
+func (t *tx) summarize(out *Tx) {
+	out.ops = 0
+	for _, l := range t.lists() {
+		out.ops += len(l)
+	}
+	out.elems = nil
+	if len(t.head)+len(t.chains)+len(t.rules)+len(t.delChains)+len(t.delSets) > 0 {
+		return
+	}
+	for _, l := range [][]op{t.delElems, t.addElems} {
+		for _, o := range l {
+			out.elems = append(out.elems, ElemOp{Delete: o.verb == "delete", Set: o.el.set, Key: o.el.key, Value: o.el.val})
+		}
+	}
+}
+
+// text renders the nft -f input of the operations.
+func (t *tx) text(table string, newTx func() *knftables.Transaction) []byte {
+	var text []byte
 	var kt *knftables.Transaction
 	flush := func() {
 		if kt != nil && kt.NumOperations() > 0 {
-			out.text = append(out.text, kt.String()...)
+			text = append(text, kt.String()...)
 		}
 		kt = nil
 	}
 	var runVerb, runSet string
 	runLen := 0
-	elemOnly := true
-	var elems []ElemOp
 	endRun := func() {
 		if runLen > 0 {
-			out.text = append(out.text, " }\n"...)
+			text = append(text, " }\n"...)
 		}
 		runLen = 0
 	}
-	for _, list := range [][]op{t.head, t.chains, t.rules, t.delElems, t.addElems, t.delChains, t.delSets} {
+	for _, list := range t.lists() {
 		for _, o := range list {
-			out.ops++
 			if o.el == nil {
-				elemOnly, elems = false, nil
 				endRun()
 				if kt == nil {
 					kt = newTx()
@@ -240,34 +266,29 @@ func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
 				continue
 			}
 			flush()
-			if elemOnly {
-				elems = append(elems, ElemOp{Delete: o.verb == "delete", Set: o.el.set, Key: o.el.key, Value: o.el.val})
-			}
 			if runLen == 0 || runVerb != o.verb || runSet != o.el.set || runLen >= maxBatch {
 				endRun()
-				out.text = append(out.text, o.verb...)
-				out.text = append(out.text, " element "...)
-				out.text = append(out.text, out.table...)
-				out.text = append(out.text, ' ')
-				out.text = append(out.text, o.el.set...)
-				out.text = append(out.text, " { "...)
+				text = append(text, o.verb...)
+				text = append(text, " element "...)
+				text = append(text, table...)
+				text = append(text, ' ')
+				text = append(text, o.el.set...)
+				text = append(text, " { "...)
 				runVerb, runSet = o.verb, o.el.set
 			} else {
-				out.text = append(out.text, ", "...)
+				text = append(text, ", "...)
 			}
-			out.text = append(out.text, o.el.key...)
+			text = append(text, o.el.key...)
 			if o.verb == "add" && o.el.val != "" {
-				out.text = append(out.text, " : "...)
-				out.text = append(out.text, o.el.val...)
+				text = append(text, " : "...)
+				text = append(text, o.el.val...)
 			}
 			runLen++
 		}
 	}
 	endRun()
 	flush()
-	if elemOnly {
-		out.elems = elems
-	}
+	return text
 }
 
 // maxBatch bounds the elements of one batched command.
@@ -278,17 +299,32 @@ const maxBatch = 2000
 type Tx struct {
 	// table is "ip kproxy" (the family and table every operation names).
 	table string
+	// text is the nft -f input; a rendered transaction writes it from src
+	// the first time it is asked for (a full one sent over netlink never
+	// needs all of it).
 	text  []byte
+	src   *tx
+	newTx func() *knftables.Transaction
 	ops   int
 	// elems lists the operations when every one is an element's (the
 	// hot path, which System can send over netlink); nil otherwise.
 	elems []ElemOp
 }
 
+// render writes the text from src, once.
+func (t *Tx) render() {
+	if t.src != nil && t.text == nil {
+		t.text = t.src.text(t.table, t.newTx)
+	}
+}
+
 // ElemOp is one element operation of a transaction. Value is the map
 // value ("" for a set; not used by a deletion).
 type ElemOp struct {
-	Delete          bool
+	Delete bool
+	// Flush deletes every element of Set (Key and Value unused); only a
+	// full transaction's netlink part has it (see Tx.Split).
+	Flush           bool
 	Set, Key, Value string
 }
 
@@ -303,10 +339,10 @@ func (t *Tx) Family() knftables.Family {
 }
 
 // String returns the nft -f input.
-func (t *Tx) String() string { return string(t.text) }
+func (t *Tx) String() string { t.render(); return string(t.text) }
 
 // Bytes returns the nft -f input (not to be modified).
-func (t *Tx) Bytes() []byte { return t.text }
+func (t *Tx) Bytes() []byte { t.render(); return t.text }
 
 // NumOperations counts the operations (each element counts).
 func (t *Tx) NumOperations() int { return t.ops }

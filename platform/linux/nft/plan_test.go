@@ -119,6 +119,38 @@ func run(t testing.TB, f *Fake, plan *Plan) {
 	}
 }
 
+// runSplit runs a full plan on f in the three parts of Tx.Split, the
+// netlink batch as the same operations in nft -f text.
+func runSplit(t testing.TB, f *Fake, plan *Plan) {
+	t.Helper()
+	pre, bulk, post, ok := plan.Tx.Split()
+	if !ok {
+		t.Fatal("a full transaction does not split")
+	}
+	var flushes strings.Builder
+	var elems []ElemOp
+	for _, o := range bulk {
+		if !o.Flush {
+			elems = append(elems, o)
+			continue
+		}
+		sc, _ := schemaOf(o.Set)
+		kind := "set"
+		if sc.verdict || len(sc.value) > 0 {
+			kind = "map"
+		}
+		fmt.Fprintf(&flushes, "flush %s ip %s %s\n", kind, TableName, o.Set)
+	}
+	for i, tx := range []*Tx{pre, TextTx(knftables.IPv4Family, flushes.String()+ElementTx(knftables.IPv4Family, elems).String()), post} {
+		if tx.NumOperations() == 0 {
+			continue
+		}
+		if err := f.Run(context.Background(), tx); err != nil {
+			t.Fatalf("part %d of 3 refused: %v\n%s", i+1, err, tx)
+		}
+	}
+}
+
 // TestPartialSyncsEqualFullSync applies random changes one partial render
 // at a time and checks, after each, that the table equals what a full
 // render of the same ports makes in an empty table, and that a full render
@@ -139,8 +171,12 @@ func TestPartialSyncsEqualFullSync(t *testing.T) {
 		}
 		return out
 	}
+	// shadow follows live, but takes the full renders as System sends
+	// them over netlink (Tx.Split).
+	shadow := NewFake(knftables.IPv4Family, TableName)
 	plan, applied := rd.Render(Input{Full: true, Ports: intents(), Node: testNode}, nil)
 	run(t, live, plan)
+	runSplit(t, shadow, plan)
 	for step := range 300 {
 		changed := map[proxy.ServicePortName]*intent.Port{}
 		for range 1 + rnd.IntN(4) {
@@ -161,6 +197,7 @@ func TestPartialSyncsEqualFullSync(t *testing.T) {
 			t.Fatalf("step %d: partial render went full", step)
 		}
 		run(t, live, plan)
+		run(t, shadow, plan)
 		applied = next
 
 		fresh := NewFake(knftables.IPv4Family, TableName)
@@ -178,6 +215,11 @@ func TestPartialSyncsEqualFullSync(t *testing.T) {
 			applied = next
 			if got, want := normalized(live), normalized(fresh); got != want {
 				t.Fatalf("step %d: full sync over the live table differs:\n%s", step, diffLines(got, want))
+			}
+			sp, _ := rd.Render(Input{Full: true, Ports: intents(), Node: testNode, Existing: existingOf(shadow)}, nil)
+			runSplit(t, shadow, sp)
+			if got, want := normalized(shadow), normalized(fresh); got != want {
+				t.Fatalf("step %d: full sync over the live table in three parts differs:\n%s", step, diffLines(got, want))
 			}
 		}
 	}
