@@ -99,3 +99,19 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIngest10k: the initial lists' objects handed to the cache, one
+// by one, as the informers deliver them (Services, then slices).
+func BenchmarkIngest10k(b *testing.B) {
+	svcs, sls := cluster(10000, 10)
+	b.ReportAllocs()
+	for b.Loop() {
+		c := New(Options{NodeName: "node1", Logger: ptr(discardLogger())})
+		for _, s := range svcs {
+			c.OnService(nil, s)
+		}
+		for _, s := range sls {
+			c.OnEndpointSlice(nil, s)
+		}
+	}
+}

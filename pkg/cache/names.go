@@ -33,9 +33,50 @@ import (
 type nameRule func(string) []string
 
 var (
-	dnsLabel     nameRule = validation.IsDNS1123Label
-	dnsSubdomain nameRule = validation.IsDNS1123Subdomain
+	dnsLabel     nameRule = fastValid(isLabel, 63, validation.IsDNS1123Label)
+	dnsSubdomain nameRule = fastValid(isSubdomain, 253, validation.IsDNS1123Subdomain)
 )
+
+// fastValid answers for a name valid by ok (and at most max bytes) without
+// rule, whose regular expression took a sixth of the initial lists' time
+// in the cache; anything else goes to rule, which says why it is invalid.
+func fastValid(ok func(string) bool, max int, rule nameRule) nameRule {
+	return func(s string) []string {
+		if len(s) <= max && ok(s) {
+			return nil
+		}
+		return rule(s)
+	}
+}
+
+// isLabel: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 bytes.
+func isLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// isSubdomain: labels joined by dots (each as isLabel, without its length
+// bound: the subdomain's is 253).
+func isSubdomain(s string) bool {
+	for part := range strings.SplitSeq(s, ".") {
+		if len(part) == 0 || part[0] == '-' || part[len(part)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			if c := part[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // nameProblem returns the Problem for the first invalid name among checks
 // (field, value, rule triples), or nil when all are valid.

@@ -161,12 +161,14 @@ func (s *System) runSplit(ctx context.Context, family knftables.Family, pre *Tx,
 	if b == nil {
 		return false, nil
 	}
+	n := len(bulk)
+	bulk = nil // encoded: megabytes the collector may take back
 	s.execRuns++
 	if err := s.exec(ctx, pre); err != nil {
 		return true, fmt.Errorf("full sync, chains and rules (nothing changed): %w", err)
 	}
 	if err := s.send(b); err != nil {
-		return true, fmt.Errorf("full sync, %d element operations over netlink (the chains and rules are new, the elements as before): %w", len(bulk), err)
+		return true, fmt.Errorf("full sync, %d element operations over netlink (the chains and rules are new, the elements as before): %w", n, err)
 	}
 	if post.NumOperations() > 0 {
 		s.execRuns++

@@ -36,6 +36,7 @@ func (t *Tx) Split() (pre *Tx, bulk []ElemOp, post *Tx, ok bool) {
 	for _, o := range src.delChains {
 		stale[o.obj.(*knftables.Chain).Name] = true
 	}
+	bulk = make([]ElemOp, 0, len(src.addElems)+8)
 	p := &tx{full: true, chains: src.chains, rules: src.rules}
 	q := &tx{delChains: src.delChains, delSets: src.delSets}
 	for _, o := range src.head {
