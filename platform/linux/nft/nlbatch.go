@@ -271,11 +271,16 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 		}
 		cur, inMsg = nil, 0
 	}
+	var sc schema
+	scSet := "\x00" // the set sc is for (runs of one set are the rule)
 	for i := range ops {
 		op := &ops[i]
-		sc, ok := schemaOf(op.Set)
-		if !ok {
-			return nil, fmt.Errorf("%w: set %q", errNotEncodable, op.Set)
+		if op.Set != scSet {
+			var ok bool
+			if sc, ok = schemaOf(op.Set); !ok {
+				return nil, fmt.Errorf("%w: set %q", errNotEncodable, op.Set)
+			}
+			scSet = op.Set
 		}
 		if op.Flush {
 			// A deletion naming no element flushes the set.

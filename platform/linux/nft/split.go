@@ -64,8 +64,13 @@ func (t *Tx) Split() (pre *Tx, bulk []ElemOp, post *Tx, ok bool) {
 		p.head = append(p.head, o)
 	}
 	moved := 0
+	lastSet, lastEnc := "", false
 	for _, o := range src.addElems {
-		if _, enc := schemaOf(o.el.set); enc {
+		if o.el.set != lastSet {
+			_, lastEnc = schemaOf(o.el.set)
+			lastSet = o.el.set
+		}
+		if lastEnc {
 			bulk = append(bulk, ElemOp{Set: o.el.set, Key: o.el.key, Value: o.el.val})
 			moved++
 			continue
