@@ -25,6 +25,7 @@ import (
 // kube-proxy DaemonSet can run it unchanged.
 func main() {
 	tuneGC(os.Getenv)
+	tuneLists(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
