@@ -54,6 +54,10 @@ func benchNFTOnce(b *testing.B, n int) {
 	ctx := context.Background()
 	snap, ports := benchSnapshot(n, 10)
 	be := systemNFTBackend(b, v1.IPv4Protocol)
+	if os.Getenv("KPROXY_NFT_NO_NETLINK") != "" {
+		// For comparison: every transaction through nft -f.
+		be.opts.NFT.(*nft.System).SetNetlink(false)
+	}
 	runtime.GC()
 	start := time.Now()
 	if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
