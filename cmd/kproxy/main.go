@@ -125,7 +125,7 @@ func runOptions(ctx context.Context, o *config.Options, stdout, stderr io.Writer
 		return 0
 	}
 	ctx = klog.NewContext(ctx, logger)
-	if err := app.Run(ctx, o, modes(), stdout); err != nil {
+	if err := app.RunWith(ctx, o, app.Deps{Modes: modes(), Stdout: stdout, CollectAfterFullSync: true}); err != nil {
 		logger.Error(err, "kproxy stopped")
 		return 1
 	}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -460,5 +461,22 @@ func TestOtherFamilyChangesSkipABackend(t *testing.T) {
 	}
 	if got := h.backends[v1.IPv4Protocol].syncCount(); got <= v4 {
 		t.Errorf("the IPv4 backend was not synced (%d → %d calls)", v4, got)
+	}
+}
+
+// With Deps.CollectAfterFullSync, a collection runs once the first (full)
+// sync is over, before AfterSync is told.
+func TestCollectAfterFullSync(t *testing.T) {
+	forced := func() uint32 {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.NumForcedGC
+	}
+	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "web.yaml": lbYAML(freePort(t), "node1")})
+	before := forced()
+	h := start(t, dir, run{tweak: func(_ *config.Options, d *Deps) { d.CollectAfterFullSync = true }})
+	h.waitSync("first sync", succeeded)
+	if forced() == before {
+		t.Error("no collection after the first full sync")
 	}
 }

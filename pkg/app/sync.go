@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type syncer struct {
 	afterSync func(snap *proxy.Snapshot, err error)
 	// started is when kproxy started: older trigger times are not measured.
 	started time.Time
+	// collect is Deps.CollectAfterFullSync; collections counts them.
+	collect     bool
+	collections int
 	// acked is the last snapshot every backend programmed.
 	acked *proxy.Snapshot
 	// bind is bindAddress: when specific, this node's primary IP of its
@@ -73,6 +77,12 @@ func (s *syncer) run(ctx context.Context, full bool) error {
 func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	cached, ch := s.cache.Snapshot()
 	ch.Full = ch.Full || full
+	if s.collect && (ch.Full || s.acked == nil) {
+		defer func() {
+			runtime.GC()
+			s.collections++
+		}()
+	}
 	s.health.SetNode(cached.Node.Known, cached.Node.Deleting)
 	snap := withBindAddress(cached, s.bind)
 
