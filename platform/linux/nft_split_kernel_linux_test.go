@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/nft"
@@ -52,6 +53,15 @@ func tableObjects(t *testing.T, fam v1.IPFamily) []string {
 	}
 	slices.Sort(lines)
 	return lines
+}
+
+// bulkAddr is address n of a block of the family (10.<block>.x.y, or
+// fd00::<block>:x:y).
+func bulkAddr(fam v1.IPFamily, block byte, n int) netip.Addr {
+	if fam == v1.IPv6Protocol {
+		return netip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, block, 0, byte(n >> 16), byte(n >> 8), byte(n)})
+	}
+	return netip.AddrFrom4([4]byte{10, block, byte(n >> 8), byte(n)})
 }
 
 // TestKernelNFTSplitFullSync: a full sync over netlink (Tx.Split: nft -f
@@ -125,6 +135,19 @@ func TestKernelNFTSplitFullSync(t *testing.T) {
 						c.ClusterEndpoints = slices.Clone(sp.ClusterEndpoints[:2])
 						now[name] = &c
 					}
+				}
+
+				// And 3,000 more ClusterIP Services of 10 endpoints: some
+				// 33,000 elements, more than one of the batch's 1 MiB
+				// buffers (nft/nlbatch.go), sent as one datagram.
+				for i := range 3000 {
+					name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "bulk", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: v1.ProtocolTCP}
+					sp := &proxy.ServicePort{Name: name, Family: fam, Type: v1.ServiceTypeClusterIP, ClusterIP: bulkAddr(fam, 100, i),
+						Port: 80, Protocol: v1.ProtocolTCP, HasAnyEndpoints: true}
+					for e := range 10 {
+						sp.ClusterEndpoints = append(sp.ClusterEndpoints, proxy.Endpoint{IP: bulkAddr(fam, 200, 10*i+e), Port: 8080, Ready: true, Serving: true})
+					}
+					now[name] = sp
 				}
 
 				// One transaction from empty, then the same over netlink.

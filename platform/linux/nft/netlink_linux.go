@@ -67,7 +67,7 @@ var errNetlinkIO = errors.New("netlink socket")
 func (c *nlConn) run(b *nlBatch) error {
 	// A full sync's batch is larger than the hot path's (megabytes, a few
 	// hundred messages): grow the buffers first.
-	if need := len(b.data) + 64<<10; need > c.sndbuf {
+	if need := b.size() + 64<<10; need > c.sndbuf {
 		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, need); err != nil {
 			return fmt.Errorf("%w: a send buffer of %d bytes: %w", errNetlinkIO, need, err)
 		}
@@ -79,8 +79,15 @@ func (c *nlConn) run(b *nlBatch) error {
 		}
 		c.rcvbuf = need
 	}
-	if err := unix.Sendto(c.fd, b.data, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	to := &unix.SockaddrNetlink{Family: unix.AF_NETLINK}
+	if len(b.data) == 1 {
+		if err := unix.Sendto(c.fd, b.data[0], 0, to); err != nil {
+			return fmt.Errorf("%w: send: %w", errNetlinkIO, err)
+		}
+	} else if n, err := unix.SendmsgBuffers(c.fd, b.data, nil, to, 0); err != nil {
 		return fmt.Errorf("%w: send: %w", errNetlinkIO, err)
+	} else if n != b.size() {
+		return fmt.Errorf("%w: sent %d bytes of %d", errNetlinkIO, n, b.size())
 	}
 	st := newAckState(b)
 	deadline := time.Now().Add(nlTimeout)

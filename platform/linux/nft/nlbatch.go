@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -80,53 +81,74 @@ type schema struct {
 func schemaOf(set string) (schema, bool) {
 	switch set {
 	case MapFrontends:
-		return schema{key: []field{fieldAddr, fieldProto, fieldService}, verdict: true}, true
+		return schemaFrontends, true
 	case MapNodePorts:
-		return schema{key: []field{fieldProto, fieldService}, verdict: true}, true
+		return schemaNodePortsMap, true
 	case SetHairpin:
-		return schema{key: []field{fieldAddr, fieldAddr}}, true
+		return schemaHairpin, true
 	case SetNodePorts:
-		return schema{key: []field{fieldAddr}}, true
+		return schemaNodePortsSet, true
 	}
 	// The endpoint maps: <cluster|local>-<ip|np>-<tcp|udp|sctp>.
-	parts := strings.Split(set, "-")
-	if len(parts) != 3 || (parts[0] != "cluster" && parts[0] != "local") {
-		return schema{}, false
+	set, ok := strings.CutPrefix(set, "cluster-")
+	if !ok {
+		if set, ok = strings.CutPrefix(set, "local-"); !ok {
+			return schema{}, false
+		}
 	}
-	switch parts[2] {
+	kind, proto, _ := strings.Cut(set, "-")
+	switch proto {
 	case "tcp", "udp", "sctp":
 	default:
 		return schema{}, false
 	}
-	value := []field{fieldAddr, fieldService}
-	switch parts[1] {
+	switch kind {
 	case "ip":
-		return schema{key: []field{fieldAddr, fieldService, fieldSlot}, value: value}, true
+		return schemaEndpointsIP, true
 	case "np":
-		return schema{key: []field{fieldService, fieldSlot}, value: value}, true
+		return schemaEndpointsNP, true
 	}
 	return schema{}, false
 }
+
+// The layouts schemaOf returns (shared: it runs once per run of a set's
+// elements).
+var (
+	schemaFrontends    = schema{key: []field{fieldAddr, fieldProto, fieldService}, verdict: true}
+	schemaNodePortsMap = schema{key: []field{fieldProto, fieldService}, verdict: true}
+	schemaHairpin      = schema{key: []field{fieldAddr, fieldAddr}}
+	schemaNodePortsSet = schema{key: []field{fieldAddr}}
+	schemaEndpointsIP  = schema{key: []field{fieldAddr, fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
+	schemaEndpointsNP  = schema{key: []field{fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
+)
 
 // errNotEncodable says a transaction has an operation this file does not
 // encode (it goes through nft -f).
 var errNotEncodable = errors.New("not encodable as a netlink batch")
 
-// encodeConcat encodes text ("10.0.0.1 . tcp . 80") as fields.
+// encodeConcat appends text ("10.0.0.1 . tcp . 80") encoded as fields to
+// b. It allocates nothing: a full sync encodes some 200,000 of them.
 func encodeConcat(b []byte, text string, fields []field, v6 bool) ([]byte, error) {
-	parts := strings.Split(text, " . ")
-	if len(parts) != len(fields) {
-		return nil, fmt.Errorf("%w: %q has %d parts, want %d", errNotEncodable, text, len(parts), len(fields))
-	}
+	rest, more := text, true
 	for i, f := range fields {
-		p := parts[i]
+		if !more {
+			return nil, fmt.Errorf("%w: %q has %d parts, want %d", errNotEncodable, text, i, len(fields))
+		}
+		var p string
+		p, rest, more = strings.Cut(rest, " . ")
 		switch f {
 		case fieldAddr:
 			a, err := netip.ParseAddr(p)
 			if err != nil || a.Is6() != v6 || a.Zone() != "" {
 				return nil, fmt.Errorf("%w: %q is not an address of the family", errNotEncodable, p)
 			}
-			b = append(b, a.AsSlice()...)
+			if v6 {
+				a16 := a.As16()
+				b = append(b, a16[:]...)
+			} else {
+				a4 := a.As4()
+				b = append(b, a4[:]...)
+			}
 		case fieldProto:
 			var n uint64
 			switch p {
@@ -158,11 +180,38 @@ func encodeConcat(b []byte, text string, fields []field, v6 bool) ([]byte, error
 			b = binary.NativeEndian.AppendUint32(b, uint32(n))
 		}
 	}
+	if more {
+		return nil, fmt.Errorf("%w: %q has more than %d parts", errNotEncodable, text, len(fields))
+	}
 	return b, nil
 }
 
-// nlBuf builds netlink messages and attributes in one buffer.
-type nlBuf struct{ b []byte }
+// nlBuf builds netlink messages and attributes in a buffer. With chunk
+// set, a message that might not fit in what is left of the buffer starts
+// a new one of chunk bytes (the batch is sent as one datagram from all of
+// them): a full sync's megabytes are never copied to grow one buffer, and
+// no more is allocated than the messages take, give or take a chunk.
+type nlBuf struct {
+	b     []byte
+	done  [][]byte
+	chunk int
+}
+
+// chunkReserve is more than one message takes (an element list stops
+// growing past maxNetlinkListBytes; one element and the headers are at
+// most a few hundred bytes more).
+const chunkReserve = maxNetlinkListBytes + 4<<10
+
+// bulkChunk is the size of a large batch's buffers.
+const bulkChunk = 1 << 20
+
+// buffers returns what was written, in order.
+func (w *nlBuf) buffers() [][]byte {
+	if len(w.b) == 0 {
+		return w.done
+	}
+	return append(w.done, w.b)
+}
 
 func (w *nlBuf) align() {
 	for len(w.b)%4 != 0 {
@@ -172,6 +221,12 @@ func (w *nlBuf) align() {
 
 // msg starts a message; end fills its length in.
 func (w *nlBuf) msg(typ, flags uint16, seq uint32, family uint8, resID uint16) int {
+	if w.chunk > 0 && cap(w.b)-len(w.b) < chunkReserve {
+		if len(w.b) > 0 {
+			w.done = append(w.done, w.b)
+		}
+		w.b = make([]byte, 0, w.chunk)
+	}
 	start := len(w.b)
 	w.b = binary.NativeEndian.AppendUint32(w.b, 0)
 	w.b = binary.NativeEndian.AppendUint16(w.b, typ)
@@ -230,11 +285,31 @@ const (
 // nlBatch is an encoded batch: its bytes, and the sequence numbers of the
 // messages whose acknowledgement the sender waits for.
 type nlBatch struct {
-	data      []byte
+	// data holds the messages, in order, in one or more buffers (sent
+	// as one datagram; no message spans two).
+	data      [][]byte
 	begin     uint32 // the batch begin's (the kernel reports a failed commit on it)
 	first     uint32 // the first element message's
 	messages  int    // element messages, each acknowledged
 	endSeqNum uint32
+}
+
+// size returns the batch's length in bytes.
+func (b *nlBatch) size() int {
+	n := 0
+	for _, d := range b.data {
+		n += len(d)
+	}
+	return n
+}
+
+// bytes returns the batch as one buffer (tests; a copy when it has
+// several).
+func (b *nlBatch) bytes() []byte {
+	if len(b.data) == 1 {
+		return b.data[0]
+	}
+	return bytes.Join(b.data, nil)
 }
 
 // encodeBatch encodes element operations of family's kproxy table as one
@@ -254,7 +329,12 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 		return nil, fmt.Errorf("%w: family %q", errNotEncodable, family)
 	}
 	v6 := proto == nfprotoIPv6
-	w := &nlBuf{b: make([]byte, 0, 256+len(ops)*96)}
+	w := &nlBuf{}
+	if len(ops) > maxNetlinkElems {
+		w.chunk = bulkChunk
+	} else {
+		w.b = make([]byte, 0, 256+len(ops)*96)
+	}
 	out := &nlBatch{begin: seq}
 	m := w.msg(nfnlMsgBatchBegin, nlmFRequest, seq, 0, nfnlSubsysNFTables)
 	w.endMsg(m)
@@ -272,7 +352,8 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 		cur, inMsg = nil, 0
 	}
 	var sc schema
-	scSet := "\x00" // the set sc is for (runs of one set are the rule)
+	var scratch []byte // a key or value, before it is copied into w
+	scSet := "\x00"    // the set sc is for (runs of one set are the rule)
 	for i := range ops {
 		op := &ops[i]
 		if op.Set != scSet {
@@ -307,10 +388,11 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 		}
 		inMsg++
 		el := w.nest(nftaListElem | nlaFNested)
-		key, err := encodeConcat(nil, op.Key, sc.key, v6)
+		key, err := encodeConcat(scratch[:0], op.Key, sc.key, v6)
 		if err != nil {
 			return nil, fmt.Errorf("%s key: %w", op.Set, err)
 		}
+		scratch = key
 		k := w.nest(nftaSetElemKey | nlaFNested)
 		w.attr(nftaDataValue, key)
 		w.endAttr(k)
@@ -321,10 +403,11 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 					return nil, fmt.Errorf("%s value: %w", op.Set, err)
 				}
 			case len(sc.value) > 0:
-				val, err := encodeConcat(nil, op.Value, sc.value, v6)
+				val, err := encodeConcat(scratch[:0], op.Value, sc.value, v6)
 				if err != nil {
 					return nil, fmt.Errorf("%s value: %w", op.Set, err)
 				}
+				scratch = val
 				d := w.nest(nftaSetElemData | nlaFNested)
 				w.attr(nftaDataValue, val)
 				w.endAttr(d)
@@ -338,7 +421,7 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 	m = w.msg(nfnlMsgBatchEnd, nlmFRequest, seq, 0, nfnlSubsysNFTables)
 	w.endMsg(m)
 	out.endSeqNum = seq
-	out.data = w.b
+	out.data = w.buffers()
 	return out, nil
 }
 

@@ -82,7 +82,7 @@ func TestEncodeBatchAndAcks(t *testing.T) {
 		seq        uint32
 	}
 	var msgs []msg
-	for buf := b.data; len(buf) > 0; {
+	for buf := b.bytes(); len(buf) > 0; {
 		l := binary.NativeEndian.Uint32(buf)
 		msgs = append(msgs, msg{binary.NativeEndian.Uint16(buf[4:]), binary.NativeEndian.Uint16(buf[6:]), binary.NativeEndian.Uint32(buf[8:])})
 		if l%4 != 0 || int(l) > len(buf) {
@@ -101,7 +101,7 @@ func TestEncodeBatchAndAcks(t *testing.T) {
 			t.Errorf("message %d: %+v, want %+v", i, msgs[i], want[i])
 		}
 	}
-	if !strings.Contains(string(b.data), "dnat-cluster-ip-tcp-r2\x00") {
+	if !strings.Contains(string(b.bytes()), "dnat-cluster-ip-tcp-r2\x00") {
 		t.Error("the goto's chain name is not in the batch")
 	}
 
@@ -151,7 +151,7 @@ func TestEncodeBatchFlushAndLargeMessages(t *testing.T) {
 	}
 	var lens []int
 	var first []byte
-	for buf := b.data; len(buf) > 0; {
+	for buf := b.bytes(); len(buf) > 0; {
 		l := binary.NativeEndian.Uint32(buf)
 		if first == nil && binary.NativeEndian.Uint16(buf[4:]) == nfnlSubsysNFTables<<8|nftMsgDelSetElem {
 			first = buf[:l]
@@ -171,5 +171,46 @@ func TestEncodeBatchFlushAndLargeMessages(t *testing.T) {
 	// The flush: header, nfgenmsg, table and set names, nothing else.
 	if want := nlmsgHdrLen + 4 + 4 + len(TableName) + 1 + 4 + len(MapFrontends) + 1; len(first) < want || len(first) > want+8 {
 		t.Errorf("the flush message is %d bytes, want about %d (no element list)", len(first), want)
+	}
+}
+
+// A batch of more than a megabyte is written into buffers of bulkChunk
+// bytes, each holding whole messages, none grown by a copy; their
+// messages, read in order, are the batch's.
+func TestEncodeBatchBuffers(t *testing.T) {
+	ops := []ElemOp{{Flush: true, Set: "cluster-ip-tcp"}}
+	for i := range 40000 {
+		ops = append(ops, ElemOp{Set: "cluster-ip-tcp", Key: fmt.Sprintf("10.96.%d.%d . 80 . %d", i/2560, i/10%256, i%10),
+			Value: fmt.Sprintf("10.128.%d.%d . 8080", i/256, i%256)})
+	}
+	b, err := encodeBatch(knftables.IPv4Family, ops, 1, maxBulkElems)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.data) < 2 {
+		t.Fatalf("%d bytes in %d buffer(s), want more than one", b.size(), len(b.data))
+	}
+	seq := uint32(1)
+	for i, d := range b.data {
+		if cap(d) != bulkChunk {
+			t.Errorf("buffer %d: capacity %d, want %d (grown by a copy?)", i, cap(d), bulkChunk)
+		}
+		for buf := d; len(buf) > 0; {
+			l := binary.NativeEndian.Uint32(buf)
+			if l < 16 || int(l) > len(buf) {
+				t.Fatalf("buffer %d: a message of %d bytes in the %d left: it spans two buffers", i, l, len(buf))
+			}
+			if got := binary.NativeEndian.Uint32(buf[8:]); got != seq {
+				t.Fatalf("buffer %d: sequence number %d, want %d", i, got, seq)
+			}
+			seq++
+			buf = buf[l:]
+		}
+	}
+	if seq != b.endSeqNum+1 {
+		t.Errorf("last sequence number %d, want %d", seq-1, b.endSeqNum)
+	}
+	if want := 40000*40 + 100; b.size() < want || b.size() > 2*want {
+		t.Errorf("batch of %d bytes for 40,000 elements", b.size())
 	}
 }

@@ -184,18 +184,21 @@ func (rd *Renderer) Config() rules.Config { return rd.cfg }
 // tx collects a transaction's operations in the order they must run:
 // chains (and sets) first, then their rules, the element deletions, the
 // element additions, and the deletions of what nothing refers to any more.
+// Elements have lists of their own (a full sync has some 100,000 of them:
+// no per-element allocation).
 type tx struct {
-	head, chains, rules, delElems, addElems, delChains, delSets []op
-	stats                                                       Stats
+	head, chains, rules []op
+	delElems, addElems  []elem
+	delChains, delSets  []op
+	stats               Stats
 	// full: every chain written is flushed first (it may exist).
 	full bool
 }
 
+// op is an operation on an object other than an element.
 type op struct {
 	verb string // add, flush, delete
 	obj  knftables.Object
-	// el is set instead of obj for an element (written batched, see Tx).
-	el *elem
 }
 
 // write renders the operations into tx, in order. Objects other than
@@ -207,54 +210,38 @@ func (t *tx) write(out *Tx, newTx func() *knftables.Transaction) {
 	out.src, out.newTx = t, newTx
 }
 
-// lists returns the operation lists in the order they run.
-func (t *tx) lists() [][]op {
-	return [][]op{t.head, t.chains, t.rules, t.delElems, t.addElems, t.delChains, t.delSets}
+// objOps counts the operations on objects other than elements.
+func (t *tx) objOps() int {
+	return len(t.head) + len(t.chains) + len(t.rules) + len(t.delChains) + len(t.delSets)
 }
 
 // summarize counts the operations into out, and lists them as ElemOps
 // when every one is an element's.
 func (t *tx) summarize(out *Tx) {
-	out.ops = 0
-	for _, l := range t.lists() {
-		out.ops += len(l)
-	}
+	out.ops = t.objOps() + len(t.delElems) + len(t.addElems)
 	out.elems = nil
-	if len(t.head)+len(t.chains)+len(t.rules)+len(t.delChains)+len(t.delSets) > 0 {
+	if t.objOps() > 0 {
 		return
 	}
-	for _, l := range [][]op{t.delElems, t.addElems} {
-		for _, o := range l {
-			out.elems = append(out.elems, ElemOp{Delete: o.verb == "delete", Set: o.el.set, Key: o.el.key, Value: o.el.val})
-		}
+	out.elems = make([]ElemOp, 0, len(t.delElems)+len(t.addElems))
+	for _, e := range t.delElems {
+		out.elems = append(out.elems, ElemOp{Delete: true, Set: e.set, Key: e.key, Value: e.val})
+	}
+	for _, e := range t.addElems {
+		out.elems = append(out.elems, ElemOp{Set: e.set, Key: e.key, Value: e.val})
+	}
+	if len(out.elems) == 0 {
+		out.elems = nil
 	}
 }
 
 // text renders the nft -f input of the operations.
 func (t *tx) text(table string, newTx func() *knftables.Transaction) []byte {
 	var text []byte
-	var kt *knftables.Transaction
-	flush := func() {
-		if kt != nil && kt.NumOperations() > 0 {
-			text = append(text, kt.String()...)
-		}
-		kt = nil
-	}
-	var runVerb, runSet string
-	runLen := 0
-	endRun := func() {
-		if runLen > 0 {
-			text = append(text, " }\n"...)
-		}
-		runLen = 0
-	}
-	for _, list := range t.lists() {
-		for _, o := range list {
-			if o.el == nil {
-				endRun()
-				if kt == nil {
-					kt = newTx()
-				}
+	objects := func(lists ...[]op) {
+		kt := newTx()
+		for _, list := range lists {
+			for _, o := range list {
 				switch o.verb {
 				case "add":
 					kt.Add(o.obj)
@@ -263,31 +250,44 @@ func (t *tx) text(table string, newTx func() *knftables.Transaction) []byte {
 				case "delete":
 					kt.Delete(o.obj)
 				}
-				continue
 			}
-			flush()
-			if runLen == 0 || runVerb != o.verb || runSet != o.el.set || runLen >= maxBatch {
-				endRun()
-				text = append(text, o.verb...)
+		}
+		if kt.NumOperations() > 0 {
+			text = append(text, kt.String()...)
+		}
+	}
+	elements := func(verb string, list []elem) {
+		runSet, runLen := "", 0
+		for _, e := range list {
+			if runLen == 0 || runSet != e.set || runLen >= maxBatch {
+				if runLen > 0 {
+					text = append(text, " }\n"...)
+				}
+				text = append(text, verb...)
 				text = append(text, " element "...)
 				text = append(text, table...)
 				text = append(text, ' ')
-				text = append(text, o.el.set...)
+				text = append(text, e.set...)
 				text = append(text, " { "...)
-				runVerb, runSet = o.verb, o.el.set
+				runSet, runLen = e.set, 0
 			} else {
 				text = append(text, ", "...)
 			}
-			text = append(text, o.el.key...)
-			if o.verb == "add" && o.el.val != "" {
+			text = append(text, e.key...)
+			if verb == "add" && e.val != "" {
 				text = append(text, " : "...)
-				text = append(text, o.el.val...)
+				text = append(text, e.val...)
 			}
 			runLen++
 		}
+		if runLen > 0 {
+			text = append(text, " }\n"...)
+		}
 	}
-	endRun()
-	flush()
+	objects(t.head, t.chains, t.rules)
+	elements("delete", t.delElems)
+	elements("add", t.addElems)
+	objects(t.delChains, t.delSets)
 	return text
 }
 
@@ -365,12 +365,12 @@ func (t *tx) delChain(name string) {
 }
 
 func (t *tx) addElem(e elem) {
-	t.addElems = append(t.addElems, op{verb: "add", el: &e})
+	t.addElems = append(t.addElems, e)
 	t.stats.AddedElements++
 }
 
 func (t *tx) delElem(e elem) {
-	t.delElems = append(t.delElems, op{verb: "delete", el: &e})
+	t.delElems = append(t.delElems, e)
 	t.stats.DeletedElements++
 }
 
@@ -406,6 +406,7 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 		next = emptyApplied(gen)
 		next.node = in.Node
 		next.base = true
+		t.addElems = make([]elem, 0, estimateElems(in.Ports))
 		rd.writeFixed(r, t, in, next)
 	} else {
 		next = last.clone()
@@ -494,6 +495,23 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	proxy.SortUnsupported(plan.Problems)
 	return plan, next
 }
+
+// estimateElems is about the number of elements a full render of ports
+// writes (exact for ClusterIP ports with random endpoint picks): the
+// list is sized once instead of growing by copies through 100,000.
+func estimateElems(ports map[proxy.ServicePortName]*intent.Port) int {
+	n := 64
+	for _, p := range ports {
+		if p != nil {
+			n += portElems(p)
+		}
+	}
+	return n
+}
+
+// portElems is about the number of elements of one port: one dispatch
+// element per frontend, one slot per endpoint.
+func portElems(p *intent.Port) int { return len(p.Frontends) + len(p.Cluster) + len(p.Local) }
 
 // canary deletes and adds the canary elements again (see canaries).
 func (rd *Renderer) canary(r *renderer, t *tx) {

@@ -109,7 +109,7 @@ type selection struct {
 // port renders one service port. owned tells, for each of its frontends,
 // whether the port owns the frontend's key (another port may hold it).
 func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
-	out := &portOut{problems: slices.Clone(p.Problems)}
+	out := &portOut{problems: slices.Clone(p.Problems), elems: make([]elem, 0, portElems(p))}
 	proto := protoName(p.Protocol)
 
 	// How each set is picked from, per frontend kind (ip: an address

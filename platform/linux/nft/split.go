@@ -36,7 +36,7 @@ func (t *Tx) Split() (pre *Tx, bulk []ElemOp, post *Tx, ok bool) {
 	for _, o := range src.delChains {
 		stale[o.obj.(*knftables.Chain).Name] = true
 	}
-	bulk = make([]ElemOp, 0, len(src.addElems)+8)
+	bulk = make([]ElemOp, 0, len(src.head)+len(src.addElems))
 	p := &tx{full: true, chains: src.chains, rules: src.rules}
 	q := &tx{delChains: src.delChains, delSets: src.delSets}
 	for _, o := range src.head {
@@ -65,17 +65,17 @@ func (t *Tx) Split() (pre *Tx, bulk []ElemOp, post *Tx, ok bool) {
 	}
 	moved := 0
 	lastSet, lastEnc := "", false
-	for _, o := range src.addElems {
-		if o.el.set != lastSet {
-			_, lastEnc = schemaOf(o.el.set)
-			lastSet = o.el.set
+	for _, e := range src.addElems {
+		if e.set != lastSet {
+			_, lastEnc = schemaOf(e.set)
+			lastSet = e.set
 		}
 		if lastEnc {
-			bulk = append(bulk, ElemOp{Set: o.el.set, Key: o.el.key, Value: o.el.val})
+			bulk = append(bulk, ElemOp{Set: e.set, Key: e.key, Value: e.val})
 			moved++
 			continue
 		}
-		p.addElems = append(p.addElems, o)
+		p.addElems = append(p.addElems, e)
 	}
 	if moved == 0 {
 		return nil, nil, nil, false
