@@ -32,13 +32,14 @@ import (
 )
 
 var (
-	benchServices  = flag.String("cluster-bench-services", "1000", "comma-separated Service counts for BenchmarkCluster")
-	benchFlavours  = flag.String("cluster-bench-flavours", "legacy,nft", "iptables flavours for BenchmarkCluster's iptables mode")
-	benchModes     = flag.String("cluster-bench-modes", "iptables", "proxy modes for BenchmarkCluster: iptables (once per flavour), nftables")
-	benchDataPlane = flag.Int("cluster-bench-connections", 2000, "new TCP connections of the data-plane measurement (0: none)")
-	benchEndpoints = flag.Int("cluster-bench-endpoints", 10, "endpoints per Service for BenchmarkCluster")
-	benchWriters   = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
-	benchProfiles  = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
+	benchServices        = flag.String("cluster-bench-services", "1000", "comma-separated Service counts for BenchmarkCluster")
+	benchFlavours        = flag.String("cluster-bench-flavours", "legacy,nft", "iptables flavours for BenchmarkCluster's iptables mode")
+	benchModes           = flag.String("cluster-bench-modes", "iptables", "proxy modes for BenchmarkCluster: iptables (once per flavour), nftables")
+	benchDataPlane       = flag.Int("cluster-bench-connections", 2000, "new TCP connections of each data-plane round, to each target (0: none)")
+	benchDataPlaneRounds = flag.Int("cluster-bench-rounds", 5, "data-plane rounds, each alternating connections through the ClusterIP and straight to the pod; the median round's rate is reported")
+	benchEndpoints       = flag.Int("cluster-bench-endpoints", 10, "endpoints per Service for BenchmarkCluster")
+	benchWriters         = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
+	benchProfiles        = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
 )
 
 // benchVerbosity is kproxy's -v in the benchmark (2 logs every sync, and
@@ -68,7 +69,14 @@ const benchNamespace = "bench"
 //     from the write until a new connection reaches the new pod; median of 3;
 //   - RSS after programming and at the end, the peak (VmHWM), the Go heap
 //     in use and the live heap after the last collection (gctrace);
-//   - the rules and chains kproxy owns in the IPv4 nat and filter tables.
+//   - the rules and chains kproxy owns in the IPv4 nat and filter tables;
+//   - the data plane: rounds (-cluster-bench-rounds) of new TCP connections
+//     from a client pod, alternating one through the probe Service's
+//     ClusterIP and one straight to its pod (-cluster-bench-connections of
+//     each per round): the median round's rates, connect p50/p99, and the
+//     median of the rounds' ratio of the two. In the iptables runs the
+//     seeded host gets a CNI's two pod-CIDR accept rules in FORWARD, or
+//     the direct connections would be dropped by its policy.
 //
 // Run it with make bench-cluster (as root). Each flavour logs one Markdown
 // row: Services | flavour | start→programmed (first full sync) | change
@@ -301,6 +309,16 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 		if err := SeedFlavour(ctx, c, host, tables); err != nil {
 			b.Fatal(err)
 		}
+		// The seeded host drops what it forwards unless a rule accepts
+		// it: a proxy accepts what it DNATs, and a CNI plugin on such a
+		// host accepts pod traffic (flannel appends these two rules). The
+		// data plane's direct connections need them; without them they
+		// time out in the iptables runs.
+		for _, dir := range []string{"-s", "-d"} {
+			if out, err := c.Exec(ctx, host, "iptables-"+tables, "-w", "-A", "FORWARD", dir, c.Topology.ClusterCIDR4.String(), "-j", "ACCEPT"); err != nil {
+				b.Fatalf("pod forwarding on %s: %v: %s", host, err, out)
+			}
+		}
 	}
 	logDir := os.Getenv(LogDirEnv)
 	if logDir == "" {
@@ -420,16 +438,21 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 
 	// The data plane: new TCP connections from the client pod through the
 	// probe Service's ClusterIP, and straight to its pod.
+	// Rounds alternate the two, so that a slow moment of the machine (the
+	// API server compacting, a collection) weighs on both alike; each
+	// reports the median round's rate and the latencies of all rounds.
 	var dp dataPlane
 	if *benchDataPlane > 0 {
 		w.awaitIdle(ctx, host)
-		dp.service = w.connect(ctx, client, clusterIP(w.probe, v1.IPv4Protocol), *benchDataPlane)
 		pod, _ := c.Topology.Host(targets[(trafficRuns-1)%2])
-		dp.direct = w.connect(ctx, client, netip.AddrPortFrom(pod.IPv4, proxytest.EchoPort), *benchDataPlane)
+		dp = w.dataPlane(ctx, client, clusterIP(w.probe, v1.IPv4Protocol), netip.AddrPortFrom(pod.IPv4, proxytest.EchoPort),
+			*benchDataPlane, *benchDataPlaneRounds)
 		b.ReportMetric(dp.service.rate, "svc-conn/s")
 		b.ReportMetric(dp.direct.rate, "pod-conn/s")
-		b.Logf("data plane: %d connections through the ClusterIP: %.0f/s, connect p50 %v p99 %v; straight to the pod: %.0f/s, p50 %v p99 %v",
-			*benchDataPlane, dp.service.rate, dp.service.p50, dp.service.p99, dp.direct.rate, dp.direct.p50, dp.direct.p99)
+		b.ReportMetric(dp.ratio, "svc/pod")
+		b.Logf("data plane: %d rounds of %d connections through the ClusterIP, alternating with as many straight to the pod: median %.0f/s (rounds %s), connect p50 %v p99 %v; straight to the pod: median %.0f/s (rounds %s), p50 %v p99 %v; ClusterIP/direct, median of rounds: %.3f",
+			*benchDataPlaneRounds, *benchDataPlane, dp.service.rate, rates(dp.service.rounds), dp.service.p50, dp.service.p99,
+			dp.direct.rate, rates(dp.direct.rounds), dp.direct.p50, dp.direct.p99, dp.ratio)
 	}
 
 	memEnd, err := ProcMemory(pid)
@@ -488,48 +511,97 @@ func (w *benchWorld) resetNode(ctx context.Context, host string) {
 		w.b.Fatalf("kproxy --cleanup on %s: %v\n%s", host, err, out)
 	}
 	for _, bin := range []string{"iptables-legacy", "ip6tables-legacy", "iptables-nft", "ip6tables-nft"} {
-		for _, args := range [][]string{{"-w", "-P", "FORWARD", "ACCEPT"}, {"-w", "-F", "INPUT"}} {
+		for _, args := range [][]string{{"-w", "-P", "FORWARD", "ACCEPT"}, {"-w", "-F", "INPUT"}, {"-w", "-F", "FORWARD"}} {
 			_, _ = w.Cluster.Exec(ctx, host, append([]string{bin}, args...)...)
 		}
 	}
 }
 
-// connStats are one data-plane measurement.
+// connStats are one data-plane measurement: the median round's rate,
+// each round's, and the connect latencies of all rounds.
 type connStats struct {
 	rate     float64 // connections per second
+	rounds   []float64
 	p50, p99 time.Duration
 }
 
-type dataPlane struct{ service, direct connStats }
+// dataPlane is both measurements; ratio is the median of the rounds'
+// ClusterIP rate over their direct one (the cost of the proxy, with what
+// the machine was doing at the time divided out).
+type dataPlane struct {
+	service, direct connStats
+	ratio           float64
+}
 
-// connect opens n TCP connections, one after the other, from client to
-// addr (each closed at once) and returns the rate and connect latencies.
-func (w *benchWorld) connect(ctx context.Context, client string, addr netip.AddrPort, n int) connStats {
+// dataPlane runs rounds of n connections from client through service
+// and n straight to direct, alternating one by one (so that a slow moment
+// of the machine, the API server compacting or a collection, weighs on
+// both alike), and summarizes each: the median round's rate and the
+// connect latencies of all rounds. A rate is connections over the time
+// their dials and closes took.
+func (w *benchWorld) dataPlane(ctx context.Context, client string, service, direct netip.AddrPort, n, rounds int) dataPlane {
 	ns, err := w.Cluster.MustNS(client)
 	if err != nil {
 		w.b.Fatal(err)
 	}
-	lat := make([]time.Duration, 0, n)
-	var took time.Duration
+	var dp dataPlane
+	var sLat, dLat []time.Duration
 	if err := ns.Do(func() error {
 		d := net.Dialer{Timeout: 2 * time.Second}
-		begin := time.Now()
-		for range n {
+		one := func(addr netip.AddrPort) (took, connect time.Duration, err error) {
 			t0 := time.Now()
 			conn, err := d.DialContext(ctx, "tcp", addr.String())
 			if err != nil {
-				return err
+				return 0, 0, fmt.Errorf("connecting to %s from %s: %w", addr, client, err)
 			}
-			lat = append(lat, time.Since(t0))
+			connect = time.Since(t0)
 			_ = conn.Close()
+			return time.Since(t0), connect, nil
 		}
-		took = time.Since(begin)
+		for range max(rounds, 1) {
+			var sTook, dTook time.Duration
+			for range n {
+				took, lat, err := one(service)
+				if err != nil {
+					return err
+				}
+				sTook, sLat = sTook+took, append(sLat, lat)
+				if took, lat, err = one(direct); err != nil {
+					return err
+				}
+				dTook, dLat = dTook+took, append(dLat, lat)
+			}
+			dp.service.rounds = append(dp.service.rounds, float64(n)/sTook.Seconds())
+			dp.direct.rounds = append(dp.direct.rounds, float64(n)/dTook.Seconds())
+		}
 		return nil
 	}); err != nil {
-		w.b.Fatalf("connecting to %s from %s: %v", addr, client, err)
+		w.b.Fatal(err)
 	}
-	slices.Sort(lat)
-	return connStats{rate: float64(n) / took.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
+	summarize := func(c *connStats, lat []time.Duration) {
+		r := slices.Sorted(slices.Values(c.rounds))
+		c.rate = r[len(r)/2]
+		slices.Sort(lat)
+		c.p50, c.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	}
+	summarize(&dp.service, sLat)
+	summarize(&dp.direct, dLat)
+	var ratios []float64
+	for i := range dp.service.rounds {
+		ratios = append(ratios, dp.service.rounds[i]/dp.direct.rounds[i])
+	}
+	slices.Sort(ratios)
+	dp.ratio = ratios[len(ratios)/2]
+	return dp
+}
+
+// rates renders round rates as "5012, 4990, ...".
+func rates(rs []float64) string {
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, strconv.FormatFloat(r, 'f', 0, 64))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // saveHeapProfile stores kproxy's heap profile (go tool pprof reads it)
