@@ -79,12 +79,8 @@ func (c *nlConn) run(b *nlBatch) error {
 		}
 		c.rcvbuf = need
 	}
-	to := &unix.SockaddrNetlink{Family: unix.AF_NETLINK}
-	if len(b.data) == 1 {
-		if err := unix.Sendto(c.fd, b.data[0], 0, to); err != nil {
-			return fmt.Errorf("%w: send: %w", errNetlinkIO, err)
-		}
-	} else if n, err := unix.SendmsgBuffers(c.fd, b.data, nil, to, 0); err != nil {
+	// One datagram from all the buffers.
+	if n, err := unix.SendmsgBuffers(c.fd, b.data, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
 		return fmt.Errorf("%w: send: %w", errNetlinkIO, err)
 	} else if n != b.size() {
 		return fmt.Errorf("%w: sent %d bytes of %d", errNetlinkIO, n, b.size())

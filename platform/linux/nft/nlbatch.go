@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -301,15 +300,6 @@ func (b *nlBatch) size() int {
 		n += len(d)
 	}
 	return n
-}
-
-// bytes returns the batch as one buffer (tests; a copy when it has
-// several).
-func (b *nlBatch) bytes() []byte {
-	if len(b.data) == 1 {
-		return b.data[0]
-	}
-	return bytes.Join(b.data, nil)
 }
 
 // encodeBatch encodes element operations of family's kproxy table as one

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -171,6 +172,19 @@ func TestEncodeBatchFlushAndLargeMessages(t *testing.T) {
 	// The flush: header, nfgenmsg, table and set names, nothing else.
 	if want := nlmsgHdrLen + 4 + 4 + len(TableName) + 1 + 4 + len(MapFrontends) + 1; len(first) < want || len(first) > want+8 {
 		t.Errorf("the flush message is %d bytes, want about %d (no element list)", len(first), want)
+	}
+}
+
+// bytes returns the batch as one buffer.
+func (b *nlBatch) bytes() []byte { return bytes.Join(b.data, nil) }
+
+// A key or value with fewer or more parts than its layout is refused.
+func TestEncodeConcatParts(t *testing.T) {
+	three := []field{fieldAddr, fieldProto, fieldService}
+	for _, text := range []string{"10.96.0.1 . tcp", "10.96.0.1 . tcp . 80 . 1", "10.96.0.1", ""} {
+		if got, err := encodeConcat(nil, text, three, false); !errors.Is(err, errNotEncodable) {
+			t.Errorf("%q: % x, %v; want refused", text, got, err)
+		}
 	}
 }
 
