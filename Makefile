@@ -20,7 +20,7 @@ build:
 # VERSION) plus Debian's iptables, nftables, conntrack, ipset, kmod and dash
 # with their dependency closure, downloaded with apt-get into
 # $(IMAGE_DIR)/debs (the machine's package lists: apt-get update first) and
-# unpacked with dpkg-deb (pkg/image). Fails if a tool kproxy runs is
+# unpacked with dpkg-deb (hack/image). Fails if a tool kproxy runs is
 # missing; prints the digest, which is the same for every build of the
 # same commit and package versions (SOURCE_DATE_EPOCH: the last commit's
 # time). image-windows: kproxy.exe and the HostProcess build context (see
@@ -32,7 +32,7 @@ IMAGE_LDFLAGS     := -s -w $(LDFLAGS)
 .PHONY: images image-windows test-image
 images:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/linux-amd64/kproxy ./cmd/kproxy
-	$(GO) run ./pkg/image/cmd/kproxy-image -kproxy $(IMAGE_DIR)/linux-amd64/kproxy -version $(VERSION) \
+	$(GO) run ./hack/image/cmd/kproxy-image -kproxy $(IMAGE_DIR)/linux-amd64/kproxy -version $(VERSION) \
 		-epoch $(SOURCE_DATE_EPOCH) -name $(IMAGE_NAME) -cache $(IMAGE_DIR)/debs -out $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
 
 # image-windows: kproxy.exe and the build context of the Windows HostProcess
@@ -108,30 +108,30 @@ clean:
 .PHONY: test-kernel demo
 
 test-kernel:
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m -skip '^TestImage$$' ./platform/linux/ ./platform/linux/netns/... ./platform/linux/e2e/...
-	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m -skip '^TestImage$$' ./platform/linux/e2e/
-	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 15m -skip '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 15m -skip '^TestImage$$' ./platform/linux/ ./test/netns/... ./test/e2e/...
+	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 15m -skip '^TestImage$$' ./test/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 15m -skip '^TestImage$$' ./test/e2e/
 
 # test-image: make images, then the image run by runc in node1's namespace
 # as the DaemonSet runs it (init container, then kproxy with NET_ADMIN and
 # NET_RAW), ClusterIP, NodePort and no-endpoints rows with real traffic: on
 # iptables-nft, iptables-legacy and in the nftables mode
-# (platform/linux/e2e TestImage; root and runc; skips without them, fails
+# (test/e2e TestImage; root and runc; skips without them, fails
 # under CI=true). With -race, as test-kernel: the harness's binaries are
 # then test-kernel's, already built.
 test-image: images
-	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
-	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
-	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./platform/linux/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./test/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_FLAVOUR=legacy $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./test/e2e/
+	KPROXY_KERNEL_TESTS=1 KPROXY_IMAGE=$(IMAGE_DIR)/kproxy-linux-amd64.oci.tar KPROXY_E2E_MODE=nftables $(GO) test -race -count=1 -timeout 5m -run '^TestImage$$' ./test/e2e/
 
 # demo: kproxy in throwaway namespaces: ClusterIP and NodePort traffic, the
 # spread over three pods, an endpoint removed (root; installs iproute2 and
 # iptables with apt-get when missing).
 demo:
-	./platform/linux/e2e/demo.sh
+	./test/e2e/demo.sh
 
 # cluster: a local cluster that keeps running (root; see README's quick start
-# and platform/linux/cluster): kube-apiserver and etcd built from Go modules,
+# and test/cluster): kube-apiserver and etcd built from Go modules,
 # kproxy on node1 (iptables) and node2 (nftables), pods with echo servers,
 # all in network namespaces; a daemon owns them, its state, logs and PID in
 # CLUSTER_DIR. It prints the KUBECONFIG and what to try. make shell POD=HOST
@@ -142,25 +142,25 @@ POD            ?= client
 KPROXY_CLUSTER := $(CURDIR)/.build/kproxy-cluster
 .PHONY: cluster cluster-down shell
 cluster:
-	@$(GO) build -o $(KPROXY_CLUSTER) ./platform/linux/cluster/cmd/kproxy-cluster
+	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
 	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) up
 cluster-down:
-	@$(GO) build -o $(KPROXY_CLUSTER) ./platform/linux/cluster/cmd/kproxy-cluster
+	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
 	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) down
 shell:
-	@$(GO) build -o $(KPROXY_CLUSTER) ./platform/linux/cluster/cmd/kproxy-cluster
+	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
 	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) shell $(POD) $(CMD)
 
 # test-windows: the Windows test binaries of platform/windows and cmd/kproxy, cross-compiled
 # and run under Wine through the generic `go test -exec` wrapper
-# platform/windows/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64
+# hack/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64
 # binutils with apt-get when missing and prepares the Wine prefix in
 # .build/wine (with the bcryptprimitives.dll forwarder Go needs).
 .PHONY: test-windows
 
 test-windows:
-	./platform/windows/wine/setup.sh
-	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/platform/windows/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
+	./hack/wine/setup.sh
+	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/hack/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
 
 # controlplane: etcd, kube-apiserver, kube-proxy and kubectl built from Go
 # modules into .build/controlplane/<versions>/ (many minutes cold; seconds
@@ -177,7 +177,7 @@ bench-soak:
 
 .PHONY: controlplane test-integration bench-cluster
 controlplane:
-	$(GO) run ./pkg/testing/controlplane/build
+	$(GO) run ./test/controlplane/build
 
 # test-integration: kproxy as a process in node1 of a namespace topology,
 # against that kube-apiserver and etcd in a "control-plane" namespace on the
@@ -185,13 +185,13 @@ controlplane:
 # EndpointSlices through the API reach the kernel, a 60 s API-server outage,
 # a new cluster behind the same address, node deletion and /healthz,
 # objects kproxy cannot fully use. Then make cluster as README's quick start
-# uses it (platform/linux/cluster): make cluster, kubectl apply of the example
+# uses it (test/cluster): make cluster, kubectl apply of the example
 # Service, curl of its ClusterIP from a pod on each node (iptables and
 # nftables) and of its NodePort from outside, make cluster-down, nothing left.
 # Root; skips without it, fails under CI=true.
 
 test-integration: controlplane
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./platform/linux/integration/ ./platform/linux/cluster/
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./test/integration/ ./test/cluster/
 
 # bench-cluster: BENCH_SERVICES Services × 10 endpoints loaded through the
 # API, then kproxy's start-to-programmed time, one endpoint change, RSS,
@@ -204,5 +204,5 @@ BENCH_FLAVOURS ?= legacy,nft
 BENCH_MODES ?= iptables,nftables
 bench-cluster: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
-		./platform/linux/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS) \
+		./test/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS) \
 		-cluster-bench-modes=$(BENCH_MODES)

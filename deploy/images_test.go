@@ -11,7 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/pkg/image"
+	"github.com/kproxy/kproxy/hack/image"
 )
 
 // dockerfile is the part of a Dockerfile these tests look at.
@@ -110,7 +110,7 @@ func TestLinuxImage(t *testing.T) {
 }
 
 // TestLinuxImagesAgree: the Dockerfile installs the packages make images
-// puts in its image (pkg/image), but dash, which debian:bookworm-slim has.
+// puts in its image (hack/image), but dash, which debian:bookworm-slim has.
 func TestLinuxImagesAgree(t *testing.T) {
 	d := readDockerfile(t, "linux/Dockerfile")
 	var installed []string

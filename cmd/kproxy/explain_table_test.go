@@ -14,7 +14,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
-	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux"
 )
 
@@ -253,7 +253,7 @@ func checkLinuxRow(t *testing.T, topo *proxytest.Topology, row proxytest.Row, q 
 }
 
 // checkKernelspaceRow checks a row against the HNS plan, and for a row HNS
-// does not support, what it does instead (by the reason pkg/proxytest gives).
+// does not support, what it does instead (by the reason test/proxytest gives).
 func checkKernelspaceRow(t *testing.T, topo *proxytest.Topology, row proxytest.Row, q explain.Query, res *explain.Result) {
 	reason := row.Skip(proxytest.Windows)
 	localPolicy := strings.Contains(strings.Join(res.Decisions, " "), "externalTrafficPolicy Local")

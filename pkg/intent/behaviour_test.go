@@ -11,7 +11,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // nodeWide are the targets whose outcome depends on node-wide settings (the

@@ -12,12 +12,12 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // windowsDifferences are rows of the shared table whose Linux expectation
 // HNS cannot meet, keyed by "<case>/<from>-><target>" (both protocols and
-// families). They should become Unsupported marks in pkg/proxytest.
+// families). They should become Unsupported marks in test/proxytest.
 var windowsDifferences = map[string]string{
 	"no-endpoints/client-1->clusterip": reasonNoReject,
 	"no-endpoints/node1->clusterip":    reasonNoReject,
@@ -50,7 +50,7 @@ const (
 	reasonClusterIPOutside = "HNS applies ClusterIP load balancers to traffic from this node's pods and the node itself, not to traffic routed in from outside"
 )
 
-// TestBehaviourTable evaluates the shared behaviour table (pkg/proxytest)
+// TestBehaviourTable evaluates the shared behaviour table (test/proxytest)
 // against the fake HNS: the table's objects go through the shared cache,
 // two Backends (IPv4 and IPv6) program a FakeHNS for node1 on an L2Bridge
 // network, and a resolver answers each row from the load balancers HNS holds,

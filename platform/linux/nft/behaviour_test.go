@@ -14,7 +14,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
@@ -90,7 +90,7 @@ func newBehaviourEnv(t *testing.T, tb *proxytest.Table, pc proxytest.Config, sna
 	return e
 }
 
-// TestBehaviourTable runs the shared behaviour table (pkg/proxytest)
+// TestBehaviourTable runs the shared behaviour table (test/proxytest)
 // against the nftables renderer: the objects go through the shared cache,
 // node1's table is rendered from the intent of its ports and applied to a
 // Fake, and each row's first packet is traced through it. Every outcome

@@ -8,15 +8,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/pkg/proxytest"
+	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
 
-// TestBehaviourTable runs the shared behaviour table (pkg/proxytest) against
+// TestBehaviourTable runs the shared behaviour table (test/proxytest) against
 // the generated rules with the packet tracer: the objects go through the
 // shared cache, the planner renders node1's rules, and each row's first
 // packet is followed through the nat and filter tables. The same rows run on
-// a real kernel in platform/linux/e2e.
+// a real kernel in test/e2e.
 func TestBehaviourTable(t *testing.T) {
 	tb, err := proxytest.New()
 	if err != nil {
