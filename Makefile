@@ -80,7 +80,7 @@ lint: vet
 
 fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 30s
-	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 30s
+	$(GO) test ./platform/linux/iptables -run '^$$' -fuzz FuzzPlanner -fuzztime 30s
 
 # test-fuzz: the short fuzz run CI does on top of the seed corpus (which
 # test-unit runs): random Services and EndpointSlices thrown at the cache, and
@@ -92,7 +92,7 @@ fuzz:
 .PHONY: test-fuzz
 test-fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 50000x
-	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
+	$(GO) test ./platform/linux/iptables -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
 
 # clean: a cluster still running is taken down first (its state is in .build).
 clean:
