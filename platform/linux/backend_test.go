@@ -16,9 +16,9 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // world is a cluster fed to the real cache, and a backend over fakes.

@@ -16,9 +16,9 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/nft"
 	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // nftExplainWorld is node1 of the shared topology with one Service of two

@@ -21,10 +21,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
-	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/netns"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // These tests touch a real kernel: only inside a fresh anonymous network

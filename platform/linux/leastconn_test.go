@@ -10,8 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 func leastConnection(_ *proxytest.Topology, svc *v1.Service, _ int) {

@@ -12,9 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/nft"
 	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // systemNFTBackend returns an nftables backend on the real nft tool and

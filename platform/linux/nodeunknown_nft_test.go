@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/nft"
 	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // nftNodeWorld is one node's nftables backend over a Fake table, fed by a

@@ -14,9 +14,9 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // behaviourEnv is one proxy run of the behaviour table: one configuration

@@ -8,8 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestBehaviourTable runs the shared behaviour table (test/proxytest) against

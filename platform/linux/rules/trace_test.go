@@ -363,7 +363,10 @@ func TestTraceSemantics(t *testing.T) {
 			probes: []probe{
 				{from: fromPod, dst: "10.96.0.17:80", want: answer(false, podLocal+":8080")},
 				{from: fromOutside, dst: np(30084), want: answer(false, podLocal+":8080")},
-				{from: fromNode, dst: np(30084), want: answer(true, podLocal+":8080")},
+				// In-cluster clients of the NodePort short-circuit to
+				// every endpoint, as with internalTrafficPolicy Cluster.
+				{from: fromNode, dst: np(30084), want: answer(true, all...)},
+				{from: fromPod, dst: np(30084), want: answer(false, all...)},
 			},
 		},
 		{
