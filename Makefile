@@ -177,9 +177,19 @@ test-windows:
 bench-soak:
 	KPROXY_SOAK=10m KPROXY_SOAK_OUT=$(CURDIR)/.build/soak.txt $(GO) test ./pkg/source -run '^TestSoak$$' -count=1 -timeout 15m -v
 
-.PHONY: controlplane test-integration bench-cluster
+.PHONY: controlplane cluster-binaries test-integration bench-cluster
 controlplane:
 	$(GO) run ./test/controlplane/build
+
+# cluster-binaries: what make cluster and make conformance run beyond the
+# control plane, built from Go modules into .build/cluster-bin/<versions>/
+# (KPROXY_CLUSTER_CACHE moves it): kubelet, kube-controller-manager,
+# kube-scheduler, containerd v2 with its runc shim and ctr, CoreDNS, and
+# upstream's e2e.test with the ginkgo CLI, agnhost and the conntrack
+# regression server. Cold, on 2 cores, this is the longest build of the
+# repository (README has the numbers); cached, seconds.
+cluster-binaries: controlplane
+	$(GO) run ./test/controlplane/build -cluster
 
 # test-integration: kproxy as a process in node1 of a namespace topology,
 # against that kube-apiserver and etcd in a "control-plane" namespace on the
