@@ -1,6 +1,6 @@
-// Package cluster is make cluster: a local Kubernetes cluster in network
+// Package nscluster is make netns-cluster: a local Kubernetes cluster in network
 // namespaces, with kproxy as its Service proxy, that keeps running until
-// make cluster-down.
+// make netns-cluster-down.
 //
 //	lan bridge (node network 192.168.50.0/24, fd00:50::/64)
 //	├── control-plane .10  kube-apiserver :6443 + etcd (built from Go modules)
@@ -15,7 +15,7 @@
 // Nodes; test/netns: the namespaces, with an echo server in every
 // pod) owned by a long-running daemon instead of a test:
 //
-//   - Up (make cluster) builds kproxy and kpt-echo into <dir>/bin, makes
+//   - Up (make netns-cluster) builds kproxy and kpt-echo into <dir>/bin, makes
 //     sure the control-plane binaries and kubectl are built
 //     (test/controlplane), starts the daemon in its own session with
 //     its output in <dir>/cluster.log, prints that log until the daemon
@@ -24,9 +24,9 @@
 //     and a kproxy per node, writes <dir>/state.json, and tears everything
 //     down on SIGTERM. Every process it starts dies with it (parent-death
 //     signal), so a daemon killed with SIGKILL leaves only namespaces.
-//   - Down (make cluster-down) stops the daemon, deletes the cluster's
+//   - Down (make netns-cluster-down) stops the daemon, deletes the cluster's
 //     namespaces (also after a crash) and removes <dir>.
-//   - Shell (make shell POD=...) and Kubectl (<dir>/bin/kubectl) exec a
+//   - Shell (make netns-shell POD=...) and Kubectl (<dir>/bin/kubectl) exec a
 //     shell or kubectl inside a namespace of the cluster: the API server is
 //     only reachable there.
 //
@@ -37,4 +37,4 @@
 // No controller manager runs, and the pods are namespaces, not Pod objects,
 // so a Service's EndpointSlice is written by hand: ExampleManifest
 // (docs/examples/cluster/echo.yaml) carries one.
-package cluster
+package nscluster

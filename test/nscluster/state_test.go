@@ -1,4 +1,4 @@
-package cluster
+package nscluster
 
 import (
 	"errors"
@@ -82,7 +82,7 @@ func testState() *State {
 			ControlPlaneHost: "kpt-42-abcd-control-plane", proxytest.Outside: "kpt-42-abcd-outside",
 		},
 		APIServer:  "https://192.168.50.10:6443",
-		Kubeconfig: "/repo/.build/cluster/kubeconfig",
+		Kubeconfig: "/repo/.build/nscluster/kubeconfig",
 		Kubectl:    "/repo/.build/controlplane/v/kubectl",
 		Nodes: []Node{
 			{Name: "node1", IPv4: "192.168.50.1", Mode: "iptables", Pods: []string{"pod-a1", "client-1"}},
@@ -120,9 +120,9 @@ func TestStateRoundTripAndHost(t *testing.T) {
 	}
 }
 
-// TestHints: what make cluster prints names the KUBECONFIG, the kubectl
-// wrapper, the example, make shell, the curl through the ClusterIP and
-// make cluster-down, with CLUSTER_DIR on every make command when the state
+// TestHints: what make netns-cluster prints names the KUBECONFIG, the kubectl
+// wrapper, the example, make netns-shell, the curl through the ClusterIP and
+// make netns-cluster-down, with NSCLUSTER_DIR on every make command when the state
 // directory is not the default.
 func TestHints(t *testing.T) {
 	ex, err := LoadExample(repoRoot(t), proxytest.Default())
@@ -135,20 +135,20 @@ func TestHints(t *testing.T) {
 		want     []string
 	}{
 		{"default directory", "", []string{
-			"KUBECONFIG=/repo/.build/cluster/kubeconfig\n",
-			"export KUBECONFIG=/repo/.build/cluster/kubeconfig PATH=/repo/.build/cluster/bin:$PATH",
+			"KUBECONFIG=/repo/.build/nscluster/kubeconfig\n",
+			"export KUBECONFIG=/repo/.build/nscluster/kubeconfig PATH=/repo/.build/nscluster/bin:$PATH",
 			"kubectl apply -f docs/examples/cluster/echo.yaml",
 			"written by hand", "no controller manager",
-			"make shell POD=client\n", "curl http://10.96.100.10/", "kpt-echo probe -addr 10.96.100.10:80",
-			"make shell POD=client-2\n", "kproxy --proxy-mode iptables", "kproxy --proxy-mode nftables",
-			"curl -s http://192.168.50.1:30080/", "make cluster-down\n",
+			"make netns-shell POD=client\n", "curl http://10.96.100.10/", "kpt-echo probe -addr 10.96.100.10:80",
+			"make netns-shell POD=client-2\n", "kproxy --proxy-mode iptables", "kproxy --proxy-mode nftables",
+			"curl -s http://192.168.50.1:30080/", "make netns-cluster-down\n",
 		}},
-		{"another directory", "CLUSTER_DIR=/tmp/c", []string{
-			"make shell POD=client CLUSTER_DIR=/tmp/c\n", "make cluster-down CLUSTER_DIR=/tmp/c\n",
+		{"another directory", "NSCLUSTER_DIR=/tmp/c", []string{
+			"make netns-shell POD=client NSCLUSTER_DIR=/tmp/c\n", "make netns-cluster-down NSCLUSTER_DIR=/tmp/c\n",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := Hints(testState(), ex, HintOptions{MakeArgs: tc.makeArgs, BinDir: "/repo/.build/cluster/bin"})
+			out := Hints(testState(), ex, HintOptions{MakeArgs: tc.makeArgs, BinDir: "/repo/.build/nscluster/bin"})
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("hints do not contain %q:\n%s", w, out)

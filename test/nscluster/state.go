@@ -1,4 +1,4 @@
-package cluster
+package nscluster
 
 import (
 	"encoding/json"
@@ -21,11 +21,11 @@ import (
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
-// Files of the state directory (<repository>/.build/cluster by default).
+// Files of the state directory (<repository>/.build/nscluster by default).
 const (
 	// MarkerFile marks a directory Up created: Down removes no directory
 	// without it.
-	MarkerFile = ".kproxy-cluster"
+	MarkerFile = ".kproxy-nscluster"
 	// PIDFile holds the daemon's process id (written by Up).
 	PIDFile = "daemon.pid"
 	// IDFile holds the netns cluster ID (written by the daemon as soon as
@@ -37,16 +37,16 @@ const (
 	LogFile = "cluster.log"
 	// KubeconfigFile is the admin kubeconfig (system:masters).
 	KubeconfigFile = "kubeconfig"
-	// BinDir holds kproxy, kpt-echo, kproxy-cluster and the kubectl wrapper.
+	// BinDir holds kproxy, kpt-echo, kproxy-nscluster and the kubectl wrapper.
 	BinDir = "bin"
 	// LogDir holds kproxy's logs, one file per node.
 	LogDir = "logs"
-	// ShellRC is the bash startup file of make shell.
+	// ShellRC is the bash startup file of make netns-shell.
 	ShellRC = "shellrc"
 )
 
 // DefaultDir is the state directory under a repository root.
-func DefaultDir(root string) string { return filepath.Join(root, ".build", "cluster") }
+func DefaultDir(root string) string { return filepath.Join(root, ".build", "nscluster") }
 
 // ExampleManifest is the Service the quick start applies, relative to the
 // repository root.
@@ -55,7 +55,7 @@ const ExampleManifest = "docs/examples/cluster/echo.yaml"
 // ControlPlaneHost is the control plane's host name (its namespace).
 const ControlPlaneHost = "control-plane"
 
-// ClientAlias is the host "make shell POD=client" enters.
+// ClientAlias is the host "make netns-shell POD=client" enters.
 const ClientAlias = "client"
 
 // NodeSpec is how the daemon runs kproxy on one node.
@@ -110,7 +110,7 @@ var ErrNoCluster = errors.New("no cluster is running")
 func ReadState(dir string) (*State, error) {
 	data, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w in %s (start one with make cluster)", ErrNoCluster, dir)
+		return nil, fmt.Errorf("%w in %s (start one with make netns-cluster)", ErrNoCluster, dir)
 	}
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// Host resolves a name given to make shell: a host of the cluster, or
+// Host resolves a name given to make netns-shell: a host of the cluster, or
 // ClientAlias for client-1 (the client pod on node1).
 func (s *State) Host(name string) (host, ns string, err error) {
 	if name == ClientAlias {
@@ -258,14 +258,14 @@ type HintOptions struct {
 	// Show renders a path for the reader (relative to the repository root
 	// when under it). Default: as is.
 	Show func(path string) string
-	// MakeArgs are appended to every make command (CLUSTER_DIR=... when the
+	// MakeArgs are appended to every make command (NSCLUSTER_DIR=... when the
 	// state directory is not the default).
 	MakeArgs string
 	// BinDir holds the kubectl wrapper and kpt-echo.
 	BinDir string
 }
 
-// Hints is what make cluster prints once the cluster runs: what runs where,
+// Hints is what make netns-cluster prints once the cluster runs: what runs where,
 // the KUBECONFIG and the commands to try.
 func Hints(s *State, ex *Example, o HintOptions) string {
 	show := o.Show
@@ -280,7 +280,7 @@ func Hints(s *State, ex *Example, o HintOptions) string {
 	}
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("kproxy local cluster is running (daemon pid %d; make cluster-down removes it).", s.PID)
+	w("kproxy local cluster is running (daemon pid %d; make netns-cluster-down removes it).", s.PID)
 	w("")
 	w("  control-plane  kube-apiserver %s and etcd, built from Go modules", s.APIServer)
 	for _, n := range s.Nodes {
@@ -304,16 +304,16 @@ func Hints(s *State, ex *Example, o HintOptions) string {
 	w("  kubectl apply -f %s", ExampleManifest)
 	w("  # a shell in pod %s on node1 (kproxy iptables): curl is answered by one of the", proxytest.Client1)
 	w("  # Service's pods, kpt-echo probe makes ten new connections and shows the spread")
-	w("  %s", mk("shell POD="+ClientAlias))
+	w("  %s", mk("netns-shell POD="+ClientAlias))
 	w("      curl %s", ex.URL())
 	w("      kpt-echo probe -addr %s -count 10", netip.AddrPortFrom(ex.ClusterIP, uint16(ex.Port)))
 	w("      exit")
 	w("  # the same from pod %s on node2 (kproxy nftables); a NodePort from outside the cluster", proxytest.Client2)
-	w("  %s", mk("shell POD="+proxytest.Client2))
+	w("  %s", mk("netns-shell POD="+proxytest.Client2))
 	if len(s.Nodes) > 0 {
-		w("  %s CMD=\"curl -s http://%s:%d/\"", mk("shell POD="+proxytest.Outside), s.Nodes[0].IPv4, ex.NodePort)
+		w("  %s CMD=\"curl -s http://%s:%d/\"", mk("netns-shell POD="+proxytest.Outside), s.Nodes[0].IPv4, ex.NodePort)
 	}
 	w("  # everything goes: namespaces, processes, %s", show(dir))
-	w("  %s", mk("cluster-down"))
+	w("  %s", mk("netns-cluster-down"))
 	return b.String()
 }

@@ -1,13 +1,13 @@
-// Command kproxy-cluster runs make cluster, make cluster-down and make
+// Command kproxy-nscluster runs make netns-cluster, make netns-cluster-down and make
 // shell (see package cluster):
 //
-//	kproxy-cluster [-dir DIR] [-root ROOT] up          start a cluster in the background, print how to use it
-//	kproxy-cluster [-dir DIR] [-root ROOT] down        stop it and remove everything
-//	kproxy-cluster [-dir DIR] shell [HOST [CMD...]]    a shell (or CMD) in a host's namespace (default: client)
-//	kproxy-cluster [-dir DIR] kubectl [ARGS...]        kubectl in the control-plane namespace
-//	kproxy-cluster [-dir DIR] [-root ROOT] run         the daemon (started by up)
+//	kproxy-nscluster [-dir DIR] [-root ROOT] up          start a cluster in the background, print how to use it
+//	kproxy-nscluster [-dir DIR] [-root ROOT] down        stop it and remove everything
+//	kproxy-nscluster [-dir DIR] shell [HOST [CMD...]]    a shell (or CMD) in a host's namespace (default: client)
+//	kproxy-nscluster [-dir DIR] kubectl [ARGS...]        kubectl in the control-plane namespace
+//	kproxy-nscluster [-dir DIR] [-root ROOT] run         the daemon (started by up)
 //
-// DIR defaults to <repository>/.build/cluster; ROOT is found from the
+// DIR defaults to <repository>/.build/nscluster; ROOT is found from the
 // working directory. Needs root.
 package main
 
@@ -20,15 +20,15 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kproxy/kproxy/test/cluster"
 	"github.com/kproxy/kproxy/test/controlplane"
+	"github.com/kproxy/kproxy/test/nscluster"
 )
 
 func main() {
-	dir := flag.String("dir", "", "state directory (default <repository>/.build/cluster)")
+	dir := flag.String("dir", "", "state directory (default <repository>/.build/nscluster)")
 	root := flag.String("root", "", "kproxy repository root (default: found from the working directory)")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: kproxy-cluster [-dir DIR] [-root ROOT] up|down|run|shell [HOST [CMD...]]|kubectl [ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: kproxy-nscluster [-dir DIR] [-root ROOT] up|down|run|shell [HOST [CMD...]]|kubectl [ARGS...]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -37,7 +37,7 @@ func main() {
 		os.Exit(2)
 	}
 	if err := run(*dir, *root, flag.Arg(0), flag.Args()[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "kproxy-cluster:", err)
+		fmt.Fprintln(os.Stderr, "kproxy-nscluster:", err)
 		os.Exit(1)
 	}
 }
@@ -52,7 +52,7 @@ func run(dir, root, cmd string, args []string) error {
 			return fmt.Errorf("%w (run it inside the kproxy repository, or pass -root)", err)
 		}
 	}
-	o := cluster.Options{Dir: dir, Root: root}
+	o := nscluster.Options{Dir: dir, Root: root}
 	switch cmd {
 	case "up", "run", "down":
 		if len(args) > 0 {
@@ -66,20 +66,20 @@ func run(dir, root, cmd string, args []string) error {
 		defer stop()
 		switch cmd {
 		case "up":
-			return cluster.Up(ctx, o)
+			return nscluster.Up(ctx, o)
 		case "run":
-			return cluster.Run(ctx, o)
+			return nscluster.Run(ctx, o)
 		default:
-			return cluster.Down(ctx, o)
+			return nscluster.Down(ctx, o)
 		}
 	case "shell":
 		host := ""
 		if len(args) > 0 {
 			host, args = args[0], args[1:]
 		}
-		return cluster.Shell(o, host, args)
+		return nscluster.Shell(o, host, args)
 	case "kubectl":
-		return cluster.Kubectl(o, args)
+		return nscluster.Kubectl(o, args)
 	}
 	return errors.New("unknown command " + cmd + " (want up, down, run, shell or kubectl)")
 }

@@ -1,4 +1,4 @@
-package cluster
+package nscluster
 
 import (
 	"bytes"
@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// TestDownLeavesForeignDirectories: make cluster-down removes only a
-// directory make cluster made (with MarkerFile), and succeeds when there
+// TestDownLeavesForeignDirectories: make netns-cluster-down removes only a
+// directory make netns-cluster made (with MarkerFile), and succeeds when there
 // is none. Needs no root: both cases return before any namespace work.
 func TestDownLeavesForeignDirectories(t *testing.T) {
 	root := t.TempDir()
@@ -34,7 +34,7 @@ func TestDownLeavesForeignDirectories(t *testing.T) {
 	}
 }
 
-// TestIsDaemon: only a live "kproxy-cluster -dir DIR ... run" counts, so
+// TestIsDaemon: only a live "kproxy-nscluster -dir DIR ... run" counts, so
 // Down never signals a reused pid.
 func TestIsDaemon(t *testing.T) {
 	if isDaemon(os.Getpid(), "/x") {

@@ -1,4 +1,4 @@
-package cluster
+package nscluster
 
 import (
 	"context"
@@ -24,11 +24,11 @@ import (
 )
 
 // TestMakeCluster runs what README's quick start tells a newcomer to type,
-// through make itself: make cluster (which must return with the cluster
+// through make itself: make netns-cluster (which must return with the cluster
 // still running), kubectl apply of the example Service with the kubectl
 // wrapper, curl of the ClusterIP from a pod on each node (node1's kproxy in
-// iptables mode, node2's in nftables mode) with make shell, the NodePort
-// of both nodes from outside, then make cluster-down, after which no
+// iptables mode, node2's in nftables mode) with make netns-shell, the NodePort
+// of both nodes from outside, then make netns-cluster-down, after which no
 // namespace, process or state file may be left.
 func TestMakeCluster(t *testing.T) {
 	root := requireCluster(t)
@@ -46,7 +46,7 @@ func TestMakeCluster(t *testing.T) {
 				}
 			}
 		}
-		if out, err := mk(2*time.Minute, "cluster-down"); err != nil {
+		if out, err := mk(2*time.Minute, "netns-cluster-down"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		} else {
 			t.Logf("cleanup: %s", out)
@@ -54,27 +54,27 @@ func TestMakeCluster(t *testing.T) {
 	})
 
 	begin := time.Now()
-	out, err := mk(10*time.Minute, "cluster")
+	out, err := mk(10*time.Minute, "netns-cluster")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("make cluster returned after %v:\n%s", time.Since(begin).Round(time.Millisecond), out)
+	t.Logf("make netns-cluster returned after %v:\n%s", time.Since(begin).Round(time.Millisecond), out)
 	for _, w := range []string{
 		"KUBECONFIG=" + filepath.Join(dir, KubeconfigFile) + "\n",
 		"kubectl apply -f " + ExampleManifest,
-		"make shell POD=client CLUSTER_DIR=" + dir,
+		"make netns-shell POD=client NSCLUSTER_DIR=" + dir,
 		"curl http://10.96.100.10/",
-		"make cluster-down CLUSTER_DIR=" + dir,
+		"make netns-cluster-down NSCLUSTER_DIR=" + dir,
 	} {
 		if !strings.Contains(out, w) {
-			t.Errorf("make cluster did not print %q", w)
+			t.Errorf("make netns-cluster did not print %q", w)
 		}
 	}
 	if st, err = ReadState(dir); err != nil {
 		t.Fatal(err)
 	}
 	if daemonPID(dir) != st.PID {
-		t.Fatalf("the cluster daemon (pid %d) is not running after make cluster returned", st.PID)
+		t.Fatalf("the cluster daemon (pid %d) is not running after make netns-cluster returned", st.PID)
 	}
 
 	kubectl := func(args ...string) string {
@@ -128,11 +128,11 @@ func TestMakeCluster(t *testing.T) {
 		t.Logf("NodePort %s from outside: %v", url, seen)
 	}
 
-	out, err = mk(2*time.Minute, "cluster-down")
+	out, err = mk(2*time.Minute, "netns-cluster-down")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("make cluster-down: %s", out)
+	t.Logf("make netns-cluster-down: %s", out)
 	checkGone(t, dir, st)
 }
 
@@ -145,10 +145,10 @@ func TestClusterDownAfterCrash(t *testing.T) {
 	mk := makeIn(root, dir)
 	t.Cleanup(func() {
 		if _, err := os.Stat(dir); err == nil {
-			_, _ = mk(2*time.Minute, "cluster-down")
+			_, _ = mk(2*time.Minute, "netns-cluster-down")
 		}
 	})
-	if _, err := mk(10*time.Minute, "cluster"); err != nil {
+	if _, err := mk(10*time.Minute, "netns-cluster"); err != nil {
 		t.Fatal(err)
 	}
 	st, err := ReadState(dir)
@@ -173,12 +173,12 @@ func TestClusterDownAfterCrash(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	out, err := mk(2*time.Minute, "cluster-down")
+	out, err := mk(2*time.Minute, "netns-cluster-down")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, fmt.Sprintf("deleted %d namespaces", len(st.Namespaces))) {
-		t.Errorf("make cluster-down after a crash printed %q, want it to delete the %d namespaces", out, len(st.Namespaces))
+		t.Errorf("make netns-cluster-down after a crash printed %q, want it to delete the %d namespaces", out, len(st.Namespaces))
 	}
 	checkGone(t, dir, st)
 }
@@ -200,12 +200,12 @@ func requireCluster(t *testing.T) string {
 	return root
 }
 
-// makeIn returns a runner of make targets in root with CLUSTER_DIR=dir.
+// makeIn returns a runner of make targets in root with NSCLUSTER_DIR=dir.
 func makeIn(root, dir string) func(limit time.Duration, args ...string) (string, error) {
 	return func(limit time.Duration, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "make", append([]string{"-C", root, "--no-print-directory"}, append(args, "CLUSTER_DIR="+dir)...)...)
+		cmd := exec.CommandContext(ctx, "make", append([]string{"-C", root, "--no-print-directory"}, append(args, "NSCLUSTER_DIR="+dir)...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return string(out), fmt.Errorf("make %s: %w\n%s", strings.Join(args, " "), err, out)
@@ -238,13 +238,13 @@ func checkGone(t *testing.T, dir string, st *State) {
 	}
 }
 
-// curlUntil runs curl with urls in a host of the cluster (make shell) until
+// curlUntil runs curl with urls in a host of the cluster (make netns-shell) until
 // check accepts the replies or limit passes, and returns the backends seen.
 func curlUntil(t *testing.T, mk func(time.Duration, ...string) (string, error), pod, urls string, limit time.Duration, check func([]echo.Reply) error) []string {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		out, err := mk(time.Minute, "shell", "POD="+pod, "CMD=curl -s --max-time 2 "+strings.TrimSpace(urls))
+		out, err := mk(time.Minute, "netns-shell", "POD="+pod, "CMD=curl -s --max-time 2 "+strings.TrimSpace(urls))
 		var rs []echo.Reply
 		if err == nil {
 			rs, err = replies(out)

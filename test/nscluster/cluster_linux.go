@@ -1,4 +1,4 @@
-package cluster
+package nscluster
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ type Options struct {
 	// (default 3 minutes).
 	StartTimeout time.Duration
 	// MakeArgs are shown after every make command in the hints (Up sets
-	// CLUSTER_DIR=<dir> itself when Dir is not the default).
+	// NSCLUSTER_DIR=<dir> itself when Dir is not the default).
 	MakeArgs string
 }
 
@@ -57,7 +57,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.StartTimeout = 3 * time.Minute
 	}
 	if o.MakeArgs == "" && o.Dir != DefaultDir(o.Root) {
-		o.MakeArgs = "CLUSTER_DIR=" + o.Dir
+		o.MakeArgs = "NSCLUSTER_DIR=" + o.Dir
 	}
 	return o, nil
 }
@@ -80,7 +80,7 @@ func (o Options) say(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n
 // needs: root, and the tools.
 func preflight(tools ...string) error {
 	if os.Geteuid() != 0 {
-		return errors.New("make cluster creates network namespaces: run it as root (sudo make cluster)")
+		return errors.New("make netns-cluster creates network namespaces: run it as root (sudo make netns-cluster)")
 	}
 	var missing []string
 	for _, t := range append([]string{"ip"}, tools...) {
@@ -89,12 +89,12 @@ func preflight(tools ...string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("make cluster needs %s in PATH (Debian/Ubuntu: apt-get install iproute2 iptables nftables)", strings.Join(missing, ", "))
+		return fmt.Errorf("make netns-cluster needs %s in PATH (Debian/Ubuntu: apt-get install iproute2 iptables nftables)", strings.Join(missing, ", "))
 	}
 	return nil
 }
 
-// Up starts a cluster in the background (make cluster) and returns once it
+// Up starts a cluster in the background (make netns-cluster) and returns once it
 // runs, after printing the hints. If one already runs in Dir, it prints its
 // hints again. On failure nothing is left behind.
 func Up(ctx context.Context, o Options) (err error) {
@@ -112,15 +112,15 @@ func Up(ctx context.Context, o Options) (err error) {
 	if pid := daemonPID(o.Dir); pid > 0 {
 		st, err := ReadState(o.Dir)
 		if err != nil {
-			return fmt.Errorf("a cluster daemon (pid %d) is starting or broken in %s: wait, or make cluster-down: %w", pid, o.Dir, err)
+			return fmt.Errorf("a cluster daemon (pid %d) is starting or broken in %s: wait, or make netns-cluster-down: %w", pid, o.Dir, err)
 		}
-		o.say("make cluster: already running in %s.\n", o.show(o.Dir))
+		o.say("make netns-cluster: already running in %s.\n", o.show(o.Dir))
 		o.say("%s", Hints(st, ex, o.hintOptions()))
 		return nil
 	}
 	// A directory left by a crashed daemon is removed first.
 	if _, err := os.Stat(o.Dir); err == nil {
-		o.say("make cluster: removing the state of a cluster that is not running (%s)", o.show(o.Dir))
+		o.say("make netns-cluster: removing the state of a cluster that is not running (%s)", o.show(o.Dir))
 		if err := Down(ctx, o); err != nil {
 			return err
 		}
@@ -128,18 +128,18 @@ func Up(ctx context.Context, o Options) (err error) {
 	if err := os.MkdirAll(o.path(BinDir), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(o.path(MarkerFile), []byte("state directory of make cluster; make cluster-down removes it\n"), 0o644); err != nil {
+	if err := os.WriteFile(o.path(MarkerFile), []byte("state directory of make netns-cluster; make netns-cluster-down removes it\n"), 0o644); err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			o.say("make cluster: failed; cleaning up")
+			o.say("make netns-cluster: failed; cleaning up")
 			err = errors.Join(err, Down(context.Background(), o))
 		}
 	}()
 
 	begin := time.Now()
-	o.say("make cluster: building kproxy and kpt-echo into %s", o.show(o.path(BinDir)))
+	o.say("make netns-cluster: building kproxy and kpt-echo into %s", o.show(o.path(BinDir)))
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	_, err = netns.GoBuild(bctx, o.path(BinDir), e2e.KProxyPackage)
 	if err == nil {
@@ -149,7 +149,7 @@ func Up(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	o.say("make cluster: control-plane binaries and kubectl (built from Go modules once, then cached)")
+	o.say("make netns-cluster: control-plane binaries and kubectl (built from Go modules once, then cached)")
 	if _, err := controlplane.Ensure(ctx, controlplane.BuildOptions{RepoRoot: o.Root, Logf: func(f string, a ...any) {
 		o.say("  "+f, a...)
 	}}); err != nil {
@@ -163,7 +163,7 @@ func Up(ctx context.Context, o Options) (err error) {
 		return err
 	}
 
-	o.say("make cluster: starting the cluster daemon (log: %s)", o.show(o.path(LogFile)))
+	o.say("make netns-cluster: starting the cluster daemon (log: %s)", o.show(o.path(LogFile)))
 	cmd, exited, err := startDaemon(o, self)
 	if err != nil {
 		return err
@@ -175,7 +175,7 @@ func Up(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	o.say("make cluster: up in %s\n", time.Since(begin).Round(100*time.Millisecond))
+	o.say("make netns-cluster: up in %s\n", time.Since(begin).Round(100*time.Millisecond))
 	o.say("%s", Hints(st, ex, o.hintOptions()))
 	return nil
 }
@@ -192,7 +192,7 @@ func installSelf(o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dst := o.path(BinDir, "kproxy-cluster")
+	dst := o.path(BinDir, "kproxy-nscluster")
 	data, err := os.ReadFile(exe)
 	if err != nil {
 		return "", err
@@ -206,25 +206,25 @@ func installSelf(o Options) (string, error) {
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// writeScripts writes the kubectl wrapper and make shell's bash startup file.
+// writeScripts writes the kubectl wrapper and make netns-shell's bash startup file.
 func writeScripts(o Options, self string) error {
 	kubectl := "#!/bin/sh\n" +
-		"# kubectl of make cluster: kubectl v1.37.2 (built from Go modules) run inside\n" +
+		"# kubectl of make netns-cluster: kubectl v1.37.2 (built from Go modules) run inside\n" +
 		"# the cluster's control-plane network namespace, the only place the API\n" +
 		"# server is reachable. KUBECONFIG defaults to the cluster's admin kubeconfig.\n" +
 		"exec " + shellQuote(self) + " -dir " + shellQuote(o.Dir) + " -root " + shellQuote(o.Root) + " kubectl \"$@\"\n"
 	if err := writeAtomic(o.path(BinDir, "kubectl"), []byte(kubectl), 0o755); err != nil {
 		return err
 	}
-	rc := "# bash startup file of make shell\n" +
+	rc := "# bash startup file of make netns-shell\n" +
 		"[ -f /etc/bash.bashrc ] && . /etc/bash.bashrc\n" +
 		"[ -f ~/.bashrc ] && . ~/.bashrc\n" +
 		"PS1='[$KPROXY_CLUSTER_HOST \\W]\\$ '\n" +
-		"echo \"In the network namespace of $KPROXY_CLUSTER_HOST (make cluster); exit leaves it.\"\n"
+		"echo \"In the network namespace of $KPROXY_CLUSTER_HOST (make netns-cluster); exit leaves it.\"\n"
 	return writeAtomic(o.path(ShellRC), []byte(rc), 0o644)
 }
 
-// startDaemon starts "kproxy-cluster run" in its own session (so the
+// startDaemon starts "kproxy-nscluster run" in its own session (so the
 // terminal's signals do not reach it), output appended to LogFile, and
 // records its pid.
 func startDaemon(o Options, self string) (*exec.Cmd, <-chan error, error) {
@@ -456,7 +456,7 @@ func daemonPID(dir string) int {
 	return pid
 }
 
-// isDaemon reports whether pid is a live (not zombie) "kproxy-cluster ...
+// isDaemon reports whether pid is a live (not zombie) "kproxy-nscluster ...
 // -dir dir ... run" process, so a pid reused by another program is never
 // signalled.
 func isDaemon(pid int, dir string) bool {
@@ -473,7 +473,7 @@ func isDaemon(pid int, dir string) bool {
 		return false
 	}
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(args) < 2 || filepath.Base(args[0]) != "kproxy-cluster" || args[len(args)-1] != "run" {
+	if len(args) < 2 || filepath.Base(args[0]) != "kproxy-nscluster" || args[len(args)-1] != "run" {
 		return false
 	}
 	for i := 0; i+1 < len(args); i++ {
@@ -492,17 +492,17 @@ func Down(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
-		o.say("make cluster-down: no cluster in %s", o.show(o.Dir))
+		o.say("make netns-cluster-down: no cluster in %s", o.show(o.Dir))
 		return nil
 	}
 	if _, err := os.Stat(o.path(MarkerFile)); err != nil {
-		return fmt.Errorf("%s was not made by make cluster (no %s): not removing it", o.Dir, MarkerFile)
+		return fmt.Errorf("%s was not made by make netns-cluster (no %s): not removing it", o.Dir, MarkerFile)
 	}
 	if err := preflight(); err != nil {
 		return err
 	}
 	if pid := daemonPID(o.Dir); pid > 0 {
-		o.say("make cluster-down: stopping the cluster daemon (pid %d)", pid)
+		o.say("make netns-cluster-down: stopping the cluster daemon (pid %d)", pid)
 		if err := stopDaemon(pid, o.Dir, time.Minute); err != nil {
 			return err
 		}
@@ -514,7 +514,7 @@ func Down(ctx context.Context, o Options) (err error) {
 			return err
 		}
 		if len(removed) > 0 {
-			o.say("make cluster-down: deleted %d namespaces the daemon left", len(removed))
+			o.say("make netns-cluster-down: deleted %d namespaces the daemon left", len(removed))
 		}
 	} else if _, err := netns.Sweep(ctx); err != nil {
 		// The daemon died before it recorded its namespaces: they are a dead
@@ -524,7 +524,7 @@ func Down(ctx context.Context, o Options) (err error) {
 	if err := os.RemoveAll(o.Dir); err != nil {
 		return err
 	}
-	o.say("make cluster-down: cluster removed (namespaces, processes and %s)", o.show(o.Dir))
+	o.say("make netns-cluster-down: cluster removed (namespaces, processes and %s)", o.show(o.Dir))
 	return nil
 }
 
@@ -558,7 +558,7 @@ func waitGone(pid int, dir string, limit time.Duration) bool {
 }
 
 // Shell replaces this process with a command inside a host's namespace
-// (make shell POD=host): an interactive bash when argv is empty. The
+// (make netns-shell POD=host): an interactive bash when argv is empty. The
 // environment gets KPROXY_CLUSTER_HOST, the state directory's bin first in
 // PATH and the cluster's KUBECONFIG unless one is set.
 func Shell(o Options, host string, argv []string) error {
@@ -607,7 +607,7 @@ func readRunning(o Options) (*State, error) {
 		return nil, err
 	}
 	if daemonPID(o.Dir) == 0 {
-		return nil, fmt.Errorf("%w: the daemon of %s (pid %d) is gone; make cluster-down, then make cluster", ErrNoCluster, o.Dir, st.PID)
+		return nil, fmt.Errorf("%w: the daemon of %s (pid %d) is gone; make netns-cluster-down, then make netns-cluster", ErrNoCluster, o.Dir, st.PID)
 	}
 	return st, nil
 }
