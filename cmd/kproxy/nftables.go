@@ -6,14 +6,14 @@ import (
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
 // nftablesConfig is the nftables backend's configuration of one family:
 // the settings both Linux modes share, masquerading fully random (nftables
 // has always had it).
-func nftablesConfig(o *config.Options, fam v1.IPFamily) rules.Config {
+func nftablesConfig(o *config.Options, fam v1.IPFamily) facts.Config {
 	cfg := iptablesConfig(o, fam)
 	cfg.RandomFully = true
 	return cfg

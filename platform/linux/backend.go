@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
@@ -23,7 +25,7 @@ import (
 type Options struct {
 	// Rules configures the rules (family, mark bits, masqueradeAll, cluster
 	// CIDRs, NodePort addresses, localhost NodePorts, capabilities).
-	Rules rules.Config
+	Rules facts.Config
 	// KeepUpstream disables the take-over of upstream kube-proxy's rules:
 	// by default, after the first successful full sync, kube-proxy's
 	// iptables chains and its nftables table of this family are removed.
@@ -442,13 +444,13 @@ func (b *Backend) save(ctx context.Context, tables ...string) (map[string][]byte
 // returns how many it deleted. A failure (netlink's dump interrupted by a
 // busy table, say) never fails the sync: it is logged and counted, and the
 // filters wait, merged per frontend, for the next sync.
-func (b *Backend) cleanConntrack(filters []rules.ConntrackFilter) int {
+func (b *Backend) cleanConntrack(filters []conntrack.Filter) int {
 	b.pendingCT.add(filters)
 	if b.pendingCT.empty() {
 		return 0
 	}
 	start := time.Now()
-	m := rules.NewConntrackMatcher(b.pendingCT.filters())
+	m := conntrack.NewMatcher(b.pendingCT.filters())
 	n, err := b.opts.Conntrack.DeleteFlows(b.family, m.Match)
 	b.opts.Metrics.Conntrack(n, time.Since(start), err != nil)
 	if err != nil {

@@ -16,9 +16,11 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // world is a cluster fed to the real cache, and a backend over fakes.
@@ -44,13 +46,13 @@ func newWorld(t *testing.T, fam v1.IPFamily, mutate func(*Options)) *world {
 		cache: cache.New(cache.Options{NodeName: proxytest.Node1, Logger: &quiet}),
 		ipt:   NewFakeIptables(),
 		nft:   &FakeNFTables{},
-		ct:    &FakeConntrack{Flows: map[v1.IPFamily][]rules.Flow{}},
+		ct:    &FakeConntrack{Flows: map[v1.IPFamily][]conntrack.Flow{}},
 		svcs:  map[string]*v1.Service{},
 		sl:    map[string][]*discovery.EndpointSlice{},
 	}
 	node1, _ := topo.Node(proxytest.Node1)
 	w.host = &FakeHost{Addrs: append(node1.Addrs(v1.IPv4Protocol), append(node1.Addrs(v1.IPv6Protocol), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"))...)}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.ClusterCIDRs = topo.ClusterCIDRs()
 	opts := Options{Rules: cfg, Iptables: w.ipt, NFTables: w.nft, Conntrack: w.ct, Host: w.host}
 	if mutate != nil {
@@ -492,15 +494,15 @@ func TestCleanupRestoresPreviousState(t *testing.T) {
 
 func TestConntrackCleanup(t *testing.T) {
 	ap := netip.MustParseAddrPort
-	udp := func(dst, reply string) rules.Flow {
-		return rules.Flow{Protocol: v1.ProtocolUDP, OrigDst: ap(dst), ReplySrc: ap(reply)}
+	udp := func(dst, reply string) conntrack.Flow {
+		return conntrack.Flow{Protocol: v1.ProtocolUDP, OrigDst: ap(dst), ReplySrc: ap(reply)}
 	}
 	w := newWorld(t, v1.IPv4Protocol, nil)
 	// A UDP Service without endpoints: a client's flow to the ClusterIP was
 	// recorded without NAT (the reply comes from the ClusterIP itself).
 	w.set("dns", 1, nil, proxytest.WithNodePort())
 	w.mustSync(false)
-	w.ct.Flows[v1.IPv4Protocol] = []rules.Flow{
+	w.ct.Flows[v1.IPv4Protocol] = []conntrack.Flow{
 		udp("10.96.0.1:80", "10.96.0.1:80"),             // stale: no NAT
 		udp("192.168.50.1:30001", "192.168.50.1:30001"), // stale NodePort flow
 		udp("10.96.0.2:80", "10.96.0.2:80"),             // another Service: untouched
@@ -513,7 +515,7 @@ func TestConntrackCleanup(t *testing.T) {
 		t.Fatalf("after the first endpoints: %d flows left (%v), deleted %d", got, w.ct.Flows[v1.IPv4Protocol], w.b.Last().ConntrackDeleted)
 	}
 	// Flows to both endpoints; then pod-b1 goes away.
-	w.ct.Flows[v1.IPv4Protocol] = []rules.Flow{
+	w.ct.Flows[v1.IPv4Protocol] = []conntrack.Flow{
 		udp("10.96.0.1:80", "10.244.1.10:8080"),
 		udp("10.96.0.1:80", "10.244.2.10:8080"),
 		udp("192.168.50.1:30001", "10.244.2.10:8080"),

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/rules/rulesfuzz"
 )
@@ -37,7 +38,7 @@ func TestKernelRestoreAcceptsFuzzedPlans(t *testing.T) {
 					}
 					for i, in := range inputs {
 						view, node, local := rulesfuzz.Input(in, fam)
-						cfg := rules.DefaultConfig(fam)
+						cfg := facts.DefaultConfig(fam)
 						p, err := rules.NewPlanner(cfg)
 						if err != nil {
 							t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
@@ -27,7 +28,7 @@ var _ explain.Tracer = (*IptablesExplainer)(nil)
 // plannedRuleset plans a full sync of one family for snap and applies it to
 // empty tables, as the applier applies it to the kernel: the restore input,
 // then the jumps at the top of the built-in chains.
-func plannedRuleset(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*ruleset.Ruleset, []rules.Jump, error) {
+func plannedRuleset(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*ruleset.Ruleset, []rules.Jump, error) {
 	p, err := rules.NewPlanner(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("iptables planner: %w", err)
@@ -48,7 +49,7 @@ func plannedRuleset(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) 
 
 // PlannedIptables returns a tracer over kproxy's plan of cfg.Family for snap,
 // on a node with these local addresses.
-func PlannedIptables(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*IptablesExplainer, error) {
+func PlannedIptables(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*IptablesExplainer, error) {
 	rs, _, err := plannedRuleset(cfg, snap, local)
 	if err != nil {
 		return nil, err
@@ -59,7 +60,7 @@ func PlannedIptables(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr)
 // LiveIptables returns a tracer over save, the iptables-save output of the nat
 // and filter tables of cfg.Family, with a line for every difference from
 // kproxy's plan for snap.
-func LiveIptables(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, save []byte) (*IptablesExplainer, error) {
+func LiveIptables(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, save []byte) (*IptablesExplainer, error) {
 	live, err := ruleset.Parse(save)
 	if err != nil {
 		return nil, fmt.Errorf("reading iptables-save output: %w", err)

@@ -11,8 +11,8 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
 // NFTExplainer is `kproxy explain`'s tracer for the nftables mode: it
@@ -20,7 +20,7 @@ import (
 // holding either kproxy's plan applied to an empty nft.Fake (planned) or
 // the table read back from the kernel (live, with the drift from the plan).
 type NFTExplainer struct {
-	cfg   rules.Config
+	cfg   facts.Config
 	model *nft.Model
 	tr    *nft.Tracer
 	host  nft.Host
@@ -32,7 +32,7 @@ var _ explain.Tracer = (*NFTExplainer)(nil)
 
 // plannedNFTPlan renders a full sync of cfg's family for snap on a node
 // with these local addresses, as NFTBackend.DryRun does.
-func plannedNFTPlan(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*nft.Plan, error) {
+func plannedNFTPlan(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*nft.Plan, error) {
 	rd, err := nft.NewRenderer(cfg)
 	if err != nil {
 		return nil, err
@@ -51,7 +51,7 @@ func plannedNFTPlan(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) 
 
 // plannedNFT applies plannedNFTPlan to an empty Fake: the table kproxy
 // would hold.
-func plannedNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*nft.Model, error) {
+func plannedNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*nft.Model, error) {
 	plan, err := plannedNFTPlan(cfg, snap, local)
 	if err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func plannedNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*nf
 	return f.Model(), nil
 }
 
-func newNFTExplainer(cfg rules.Config, m *nft.Model, local []netip.Addr) (*NFTExplainer, error) {
+func newNFTExplainer(cfg facts.Config, m *nft.Model, local []netip.Addr) (*NFTExplainer, error) {
 	if m == nil {
 		m = &nft.Model{Chains: map[string]*nft.Chain{}, Sets: map[string]*nft.Set{}}
 	}
@@ -76,7 +76,7 @@ func newNFTExplainer(cfg rules.Config, m *nft.Model, local []netip.Addr) (*NFTEx
 
 // PlannedNFT returns a tracer over kproxy's plan of cfg.Family for snap, on
 // a node with these local addresses.
-func PlannedNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*NFTExplainer, error) {
+func PlannedNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*NFTExplainer, error) {
 	m, err := plannedNFT(cfg, snap, local)
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ type NFTLive struct {
 // LiveNFT returns a tracer over kproxy's table as read from the node, with
 // a line for every difference from kproxy's plan for snap and a note for
 // every other table's NAT chain that sees connections before kproxy's.
-func LiveNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, in NFTLive) (*NFTExplainer, error) {
+func LiveNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, in NFTLive) (*NFTExplainer, error) {
 	fam := nft.Family(cfg.Family)
 	var l nft.Listing
 	if in.Table != nil {
@@ -118,7 +118,7 @@ func LiveNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, in NFTL
 }
 
 // liveNFT is LiveNFT over a table already read (l.Model nil: no table).
-func liveNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, l nft.Listing, hooks []nft.ListedChain) (*NFTExplainer, error) {
+func liveNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, l nft.Listing, hooks []nft.ListedChain) (*NFTExplainer, error) {
 	planned, err := plannedNFT(cfg, snap, local)
 	if err != nil {
 		return nil, err
@@ -140,9 +140,9 @@ func (e *NFTExplainer) Model() *nft.Model { return e.model }
 // apart by interface (detect-local BridgeInterface or InterfaceNamePrefix).
 func (e *NFTExplainer) podIface() string {
 	switch e.cfg.LocalDetect {
-	case rules.LocalBridgeInterface:
+	case facts.LocalBridgeInterface:
 		return e.cfg.LocalInterface
-	case rules.LocalInterfaceNamePrefix:
+	case facts.LocalInterfaceNamePrefix:
 		return e.cfg.LocalInterface + "0"
 	}
 	return ""

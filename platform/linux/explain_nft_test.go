@@ -16,9 +16,9 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // nftExplainWorld is node1 of the shared topology with one Service of two
@@ -27,7 +27,7 @@ import (
 type nftExplainWorld struct {
 	top      *proxytest.Topology
 	snap     *proxy.Snapshot
-	cfg      rules.Config
+	cfg      facts.Config
 	local    []netip.Addr
 	web, dry netip.AddrPort
 	client   netip.Addr
@@ -48,7 +48,7 @@ func newNFTExplainWorld(t *testing.T) *nftExplainWorld {
 	}
 	n1, _ := top.Node(proxytest.Node1)
 	w := &nftExplainWorld{top: top, snap: buildSnapshot(node, []*v1.Service{web, dry}, sl),
-		cfg: rules.DefaultConfig(v1.IPv4Protocol), local: []netip.Addr{n1.IPv4, netip.MustParseAddr("127.0.0.1")},
+		cfg: facts.DefaultConfig(v1.IPv4Protocol), local: []netip.Addr{n1.IPv4, netip.MustParseAddr("127.0.0.1")},
 		web: netip.AddrPortFrom(netip.MustParseAddr(web.Spec.ClusterIP), proxytest.ServicePort),
 		dry: netip.AddrPortFrom(netip.MustParseAddr(dry.Spec.ClusterIP), proxytest.ServicePort)}
 	w.cfg.ClusterCIDRs = top.ClusterCIDRs()

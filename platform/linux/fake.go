@@ -11,7 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
 
@@ -157,7 +157,7 @@ func (f *FakeNFTables) DeleteTable(_ context.Context, family, name string) error
 // FakeConntrack holds flows per family.
 type FakeConntrack struct {
 	mu    sync.Mutex
-	Flows map[v1.IPFamily][]rules.Flow
+	Flows map[v1.IPFamily][]conntrack.Flow
 	// Err, when set, is returned by every call.
 	Err error
 	// Calls counts DeleteFlows calls (each one dumps the kernel's table).
@@ -167,7 +167,7 @@ type FakeConntrack struct {
 }
 
 // DeleteFlows implements Conntrack.
-func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) bool) (int, error) {
+func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(conntrack.Flow) bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Calls++
@@ -175,7 +175,7 @@ func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) b
 		return 0, f.Err
 	}
 	if f.Flows == nil {
-		f.Flows = map[v1.IPFamily][]rules.Flow{}
+		f.Flows = map[v1.IPFamily][]conntrack.Flow{}
 	}
 	before := len(f.Flows[family])
 	f.Flows[family] = slices.DeleteFunc(f.Flows[family], match)

@@ -12,9 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // systemNFTBackend returns an nftables backend on the real nft tool and
@@ -25,7 +25,7 @@ func systemNFTBackend(t testing.TB, fam v1.IPFamily) *NFTBackend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.ClusterCIDRs = proxytest.Default().ClusterCIDRs()
 	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: n, Conntrack: netlinkConntrack{}, Host: &FakeHost{}})
 	if err != nil {

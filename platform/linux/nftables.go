@@ -15,8 +15,9 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
 // NFTOptions configures an NFTBackend.
@@ -24,7 +25,7 @@ type NFTOptions struct {
 	// Rules holds the settings both Linux modes share (family, masquerade
 	// bit, masqueradeAll, detect-local, NodePort addresses, capabilities);
 	// the iptables-only ones (filter bit, sharding) are ignored.
-	Rules rules.Config
+	Rules facts.Config
 	// NFT is the seam to nftables for kproxy's table of the family
 	// (nft.NewSystem on a node, an nft.Fake in tests).
 	NFT       nft.Interface
@@ -315,22 +316,22 @@ func (b *NFTBackend) facts(n proxy.Node) (nft.Node, intent.Config) {
 
 // nftFacts derives the node-wide facts of cfg's family from the Node and
 // the node's local addresses.
-func nftFacts(cfg rules.Config, n proxy.Node, localAddrs []netip.Addr) (nft.Node, intent.Config) {
-	icfg := intent.Config{Family: cfg.Family, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: rules.NodeIPs(cfg, n, localAddrs)}
+func nftFacts(cfg facts.Config, n proxy.Node, localAddrs []netip.Addr) (nft.Node, intent.Config) {
+	icfg := intent.Config{Family: cfg.Family, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: cfg.NodeIPs(n, localAddrs)}
 	var node nft.Node
 	switch cfg.LocalDetect {
-	case rules.LocalBridgeInterface, rules.LocalInterfaceNamePrefix:
+	case facts.LocalBridgeInterface, facts.LocalInterfaceNamePrefix:
 		node.PodSources = true
-	case rules.LocalNodeCIDR:
-		node.PodCIDRs = rules.OfFamily(cfg, n.PodCIDRs)
+	case facts.LocalNodeCIDR:
+		node.PodCIDRs = cfg.OfFamily(n.PodCIDRs)
 	default:
-		node.PodCIDRs = rules.OfFamily(cfg, cfg.ClusterCIDRs)
+		node.PodCIDRs = cfg.OfFamily(cfg.ClusterCIDRs)
 	}
 	if len(node.PodCIDRs) > 0 {
 		node.PodSources = true
 	}
 	icfg.PodSources = node.PodSources
-	node.NodePortsAll, node.NodePortIPs = rules.NodePortDestinations(cfg, n, localAddrs)
+	node.NodePortsAll, node.NodePortIPs = cfg.NodePortDestinations(n, localAddrs)
 	node.Localhost = cfg.Family == v1.IPv4Protocol && cfg.LocalhostNodePorts &&
 		(node.NodePortsAll || slices.ContainsFunc(node.NodePortIPs, netip.Addr.IsLoopback))
 	return node, icfg
@@ -395,8 +396,8 @@ func (b *NFTBackend) check(ctx context.Context) error {
 }
 
 // staleFlows lists the conntrack filters of the UDP ports that changed.
-func (b *NFTBackend) staleFlows(old, next *nft.Applied, view *proxy.FamilyView, ch proxy.Changes, full bool) []rules.ConntrackFilter {
-	var out []rules.ConntrackFilter
+func (b *NFTBackend) staleFlows(old, next *nft.Applied, view *proxy.FamilyView, ch proxy.Changes, full bool) []conntrack.Filter {
+	var out []conntrack.Filter
 	from := func(a *nft.Applied, n proxy.ServicePortName) *proxy.ServicePort {
 		if p := a.Intent(n); p != nil {
 			return p.From
@@ -412,7 +413,7 @@ func (b *NFTBackend) staleFlows(old, next *nft.Applied, view *proxy.FamilyView, 
 		if o == c && o != nil {
 			return
 		}
-		out = append(out, rules.StaleFlows(b.family, o, c, b.localAddrs)...)
+		out = append(out, conntrack.StaleFlows(b.family, o, c, b.localAddrs)...)
 	}
 	if full {
 		for _, sp := range view.Sorted() {
@@ -428,13 +429,13 @@ func (b *NFTBackend) staleFlows(old, next *nft.Applied, view *proxy.FamilyView, 
 
 // cleanConntrack deletes stale flows once the rules are in place (see
 // Backend.cleanConntrack: a failure never fails the sync).
-func (b *NFTBackend) cleanConntrack(filters []rules.ConntrackFilter) int {
+func (b *NFTBackend) cleanConntrack(filters []conntrack.Filter) int {
 	b.pendingCT.add(filters)
 	if b.pendingCT.empty() {
 		return 0
 	}
 	start := time.Now()
-	m := rules.NewConntrackMatcher(b.pendingCT.filters())
+	m := conntrack.NewMatcher(b.pendingCT.filters())
 	n, err := b.opts.Conntrack.DeleteFlows(b.family, m.Match)
 	b.opts.Metrics.Conntrack(n, time.Since(start), err != nil)
 	if err != nil {

@@ -12,9 +12,10 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/test/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // nftNodeWorld is one node's nftables backend over a Fake table, fed by a
@@ -31,10 +32,10 @@ type nftNodeWorld struct {
 
 func (w *nftNodeWorld) start(withNode bool) {
 	w.t.Helper()
-	cfg := rules.DefaultConfig(v1.IPv4Protocol)
+	cfg := facts.DefaultConfig(v1.IPv4Protocol)
 	cfg.ClusterCIDRs = w.topo.ClusterCIDRs()
 	cfg.NodePortPrimary = true
-	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: w.fake, Conntrack: &FakeConntrack{Flows: map[v1.IPFamily][]rules.Flow{}}, Host: w.host, Logger: logr.Discard()})
+	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: w.fake, Conntrack: &FakeConntrack{Flows: map[v1.IPFamily][]conntrack.Flow{}}, Host: w.host, Logger: logr.Discard()})
 	if err != nil {
 		w.t.Fatal(err)
 	}

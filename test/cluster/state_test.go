@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/controlplane"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 func repoRoot(t *testing.T) string {

@@ -11,9 +11,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
-	"github.com/kproxy/kproxy/test/netns/echo"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 func withLoadBalancing(alg proxy.Algorithm) proxytest.ServiceOption {

@@ -17,10 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/rules"
 	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/netns/echo"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // get fetches a URL from inside node1 (kproxy's health and metrics servers).

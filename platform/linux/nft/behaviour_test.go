@@ -14,9 +14,9 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/test/proxytest"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // behaviourEnv is one proxy run of the behaviour table: one configuration
@@ -24,7 +24,7 @@ import (
 // applied to a Fake, and the tracer over it.
 type behaviourEnv struct {
 	topo   *proxytest.Topology
-	cfg    rules.Config
+	cfg    facts.Config
 	icfg   intent.Config
 	node   Node
 	ports  map[proxy.ServicePortName]*intent.Port
@@ -32,7 +32,7 @@ type behaviourEnv struct {
 	host   Host
 }
 
-// newBehaviourEnv maps the table's configuration onto rules.Config and the
+// newBehaviourEnv maps the table's configuration onto facts.Config and the
 // node's facts the way the nftables backend does (platform/linux
 // NFTBackend.facts: detect-local by the cluster CIDRs, NodePort addresses,
 // localhost NodePorts for IPv4), renders every port in full and applies
@@ -41,14 +41,14 @@ func newBehaviourEnv(t *testing.T, tb *proxytest.Table, pc proxytest.Config, sna
 	t.Helper()
 	topo := tb.Topology
 	node1, _ := topo.Node(topo.ProxyNode)
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.MasqueradeAll = pc.MasqueradeAll
 	if pc.ClusterCIDR {
 		cfg.ClusterCIDRs = topo.ClusterCIDRs()
 	}
 	if pc.NodePortAddresses != "" {
 		var err error
-		cfg.NodePortAddresses, cfg.NodePortPrimary, err = rules.ParseNodePortAddresses(strings.Split(pc.NodePortAddresses, ","))
+		cfg.NodePortAddresses, cfg.NodePortPrimary, err = facts.ParseNodePortAddresses(strings.Split(pc.NodePortAddresses, ","))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,11 +56,11 @@ func newBehaviourEnv(t *testing.T, tb *proxytest.Table, pc proxytest.Config, sna
 	loopback := netip.MustParseAddr(map[v1.IPFamily]string{v1.IPv4Protocol: "127.0.0.1", v1.IPv6Protocol: "::1"}[fam])
 	local := append(node1.Addrs(fam), loopback)
 	e := &behaviourEnv{topo: topo, cfg: cfg, host: Host{LocalAddrs: local}, ports: map[proxy.ServicePortName]*intent.Port{}}
-	e.icfg = intent.Config{Family: fam, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: rules.NodeIPs(cfg, snap.Node, local)}
-	e.node.PodCIDRs = rules.OfFamily(cfg, cfg.ClusterCIDRs)
+	e.icfg = intent.Config{Family: fam, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: cfg.NodeIPs(snap.Node, local)}
+	e.node.PodCIDRs = cfg.OfFamily(cfg.ClusterCIDRs)
 	e.node.PodSources = len(e.node.PodCIDRs) > 0
 	e.icfg.PodSources = e.node.PodSources
-	e.node.NodePortsAll, e.node.NodePortIPs = rules.NodePortDestinations(cfg, snap.Node, local)
+	e.node.NodePortsAll, e.node.NodePortIPs = cfg.NodePortDestinations(snap.Node, local)
 	e.node.Localhost = fam == v1.IPv4Protocol && cfg.LocalhostNodePorts &&
 		(e.node.NodePortsAll || slices.ContainsFunc(e.node.NodePortIPs, netip.Addr.IsLoopback))
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // Input is what one render needs.
@@ -162,13 +162,13 @@ func emptyApplied(gen uint64) *Applied {
 // its configuration: what the kernel holds reaches it as the Applied of
 // the last successful transaction.
 type Renderer struct {
-	cfg   rules.Config
+	cfg   facts.Config
 	newTx func() *knftables.Transaction
 }
 
 // NewRenderer returns a renderer for cfg (its family, masquerade bit,
 // detect-local mode, capabilities).
-func NewRenderer(cfg rules.Config) (*Renderer, error) {
+func NewRenderer(cfg facts.Config) (*Renderer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("nftables renderer: %w", err)
 	}
@@ -179,7 +179,7 @@ func NewRenderer(cfg rules.Config) (*Renderer, error) {
 }
 
 // Config returns the renderer's configuration.
-func (rd *Renderer) Config() rules.Config { return rd.cfg }
+func (rd *Renderer) Config() facts.Config { return rd.cfg }
 
 // tx collects a transaction's operations in the order they must run:
 // chains (and sets) first, then their rules, the element deletions, the

@@ -15,18 +15,18 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
-func testConfig() rules.Config {
-	cfg := rules.DefaultConfig(v1.IPv4Protocol)
+func testConfig() facts.Config {
+	cfg := facts.DefaultConfig(v1.IPv4Protocol)
 	cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	return cfg
 }
 
 var testNode = Node{PodSources: true, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, NodePortsAll: true, Localhost: true}
 
-func mustRenderer(t testing.TB, cfg rules.Config) *Renderer {
+func mustRenderer(t testing.TB, cfg facts.Config) *Renderer {
 	t.Helper()
 	r, err := NewRenderer(cfg)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // elem is one element of a set or map, as nft writes it: the key's and the
@@ -69,7 +69,7 @@ type portOut struct {
 
 // renderer renders ports under one configuration and node.
 type renderer struct {
-	cfg rules.Config
+	cfg facts.Config
 	f   fam
 	// podMatch and notPodMatch match traffic from pods ("" when pods
 	// cannot be told apart).
@@ -78,14 +78,14 @@ type renderer struct {
 	jumpMasq string
 }
 
-func newRenderer(cfg rules.Config, podSources bool) *renderer {
+func newRenderer(cfg facts.Config, podSources bool) *renderer {
 	r := &renderer{cfg: cfg, f: famOf(cfg.Family), jumpMasq: "jump " + ChainMarkMasq}
 	if podSources {
 		switch cfg.LocalDetect {
-		case rules.LocalBridgeInterface:
+		case facts.LocalBridgeInterface:
 			r.podMatch = fmt.Sprintf("iifname %q", cfg.LocalInterface)
 			r.notPodMatch = fmt.Sprintf("iifname != %q", cfg.LocalInterface)
-		case rules.LocalInterfaceNamePrefix:
+		case facts.LocalInterfaceNamePrefix:
 			r.podMatch = fmt.Sprintf("iifname %q", cfg.LocalInterface+"*")
 			r.notPodMatch = fmt.Sprintf("iifname != %q", cfg.LocalInterface+"*")
 		default:
@@ -139,14 +139,6 @@ func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
 		}
 		sels[k] = sel
 		return sel
-	}
-	if p.Algorithm == proxy.AlgorithmSourceHash {
-		if n := max(len(p.Cluster), len(p.Local)); n > proxy.MaxSourceHashEndpoints {
-			out.problems = append(out.problems, proxy.Unsupported{Service: p.Name.NamespacedName, Port: p.Name.Port, Family: p.Family,
-				Reason: "SourceHashTooManyEndpoints",
-				Message: fmt.Sprintf("service port %s: algorithm: source-hash spreads over at most %d endpoints, %d here: using random",
-					p.Name, proxy.MaxSourceHashEndpoints, n)})
-		}
 	}
 
 	for i := range p.Frontends {
@@ -249,8 +241,7 @@ func slotMap(s intent.Set, np bool, proto string) string {
 
 // hashed reports whether set s of p is picked by source hash.
 func hashed(p *intent.Port, s intent.Set) bool {
-	n := len(p.Endpoints(s))
-	return p.Algorithm == proxy.AlgorithmSourceHash && n > 0 && n <= proxy.MaxSourceHashEndpoints
+	return p.AlgorithmOf(s) == proxy.AlgorithmSourceHash && len(p.Endpoints(s)) > 0
 }
 
 // slots appends the endpoint map elements of one frontend key for set s:

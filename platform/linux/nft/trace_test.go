@@ -19,7 +19,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
 
@@ -136,15 +136,15 @@ func richPorts(t testing.TB, fa famAddrs, tc traceConfig) map[proxy.ServicePortN
 // traceConfig is one renderer configuration of the parse-level test.
 type traceConfig struct {
 	name string
-	cfg  rules.Config
+	cfg  facts.Config
 	node Node
 	// iface is the interface pods arrive on.
 	iface string
 }
 
 func traceConfigs(fa famAddrs) []traceConfig {
-	base := func() rules.Config {
-		c := rules.DefaultConfig(fa.fam)
+	base := func() facts.Config {
+		c := facts.DefaultConfig(fa.fam)
 		c.ClusterCIDRs = []netip.Prefix{fa.podCIDR}
 		return c
 	}
@@ -161,10 +161,10 @@ func traceConfigs(fa famAddrs) []traceConfig {
 	out = append(out, traceConfig{name: "no-pod-sources,nodeport-ips", cfg: c, iface: "eth1",
 		node: Node{NodePortIPs: []netip.Addr{fa.node}}})
 	c = base()
-	c.LocalDetect, c.LocalInterface = rules.LocalBridgeInterface, "cni0"
+	c.LocalDetect, c.LocalInterface = facts.LocalBridgeInterface, "cni0"
 	out = append(out, traceConfig{name: "bridge", cfg: c, iface: "cni0", node: Node{PodSources: true, NodePortsAll: true}})
 	c = base()
-	c.LocalDetect, c.LocalInterface = rules.LocalInterfaceNamePrefix, "veth"
+	c.LocalDetect, c.LocalInterface = facts.LocalInterfaceNamePrefix, "veth"
 	out = append(out, traceConfig{name: "interface-prefix", cfg: c, iface: "veth1234", node: Node{PodSources: true, NodePortsAll: true}})
 	return out
 }
@@ -375,7 +375,7 @@ func checkProbabilities(t *testing.T, p Packet, outs []Outcome) {
 }
 
 // traceTable renders ports into a Fake and returns the tracer over it.
-func traceTable(t *testing.T, fam v1.IPFamily, cfg rules.Config, node Node, sps ...*proxy.ServicePort) (*Tracer, *Model) {
+func traceTable(t *testing.T, fam v1.IPFamily, cfg facts.Config, node Node, sps ...*proxy.ServicePort) (*Tracer, *Model) {
 	t.Helper()
 	ports := map[proxy.ServicePortName]*intent.Port{}
 	for _, sp := range sps {
@@ -526,7 +526,7 @@ func TestTraceSourceHash(t *testing.T) {
 		for i := range 5 {
 			eps = append(eps, fa.addr(2, i).String())
 		}
-		cfg := rules.DefaultConfig(fam)
+		cfg := facts.DefaultConfig(fam)
 		cfg.ClusterCIDRs = []netip.Prefix{fa.podCIDR}
 		node := Node{PodSources: true, PodCIDRs: cfg.ClusterCIDRs, NodePortsAll: true}
 		sp := simplePort("sh", fa.addr(0, 7).String(), proxy.AlgorithmSourceHash, eps...)

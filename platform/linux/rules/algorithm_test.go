@@ -131,7 +131,7 @@ func TestSourceHashTooManyEndpoints(t *testing.T) {
 	sp := svc("ns/big", "10.96.0.40", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmSourceHash), withEndpoints(eps...))
 	plan := planned(mustPlanner(t, testConfig(v1.IPv4Protocol)), fullInput(view(v1.IPv4Protocol, sp)))
 	if len(plan.Problems) != 1 || !strings.Contains(plan.Problems[0].Message, "source-hash spreads over at most 32 endpoints, 33 here: using random") ||
-		plan.Problems[0].Reason != ReasonSourceHashTooManyEndpoints {
+		plan.Problems[0].Reason != intent.ReasonSourceHashTooManyEndpoints {
 		t.Errorf("problems %q", plan.Problems)
 	}
 	if strings.Contains(string(plan.Restore), "-m cluster") || !strings.Contains(string(plan.Restore), "--mode random") {

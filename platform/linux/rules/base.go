@@ -18,10 +18,10 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 	// KPROXY-SERVICES: dispatch, then the jump to NodePorts. The dispatch
 	// parents are rendered again only when their entries, mode or tail
 	// changed (a flat parent may hold up to ShardThreshold rules).
-	all, ips := r.nodePortDestinations(in.Node, in.LocalAddrs)
+	all, ips := r.cfg.NodePortDestinations(in.Node, in.LocalAddrs)
 	tail := &builder{chain: ChainServices}
 	switch {
-	case all && r.localhostNodePorts():
+	case all && r.cfg.LocalhostNodePortsOn():
 		tail.add("-m addrtype --dst-type LOCAL -j", ChainNodePorts)
 	case all:
 		tail.add("! -d", r.loopback.String(), "-m addrtype --dst-type LOCAL -j", ChainNodePorts)
@@ -30,7 +30,7 @@ func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]b
 			tail.add("-d", r.host(ip), "-j", ChainNodePorts)
 		}
 	}
-	localhost := r.localhostNodePorts() && (all || slices.ContainsFunc(ips, netip.Addr.IsLoopback))
+	localhost := r.cfg.LocalhostNodePortsOn() && (all || slices.ContainsFunc(ips, netip.Addr.IsLoopback))
 	plan.RouteLocalnet = localhost
 	for i, name := range []string{ChainServices, ChainNodePorts} {
 		d := p.disp[i]

@@ -8,8 +8,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/test/proxytest"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestBehaviourTable runs the shared behaviour table (test/proxytest) against
@@ -34,14 +35,14 @@ func TestBehaviourTable(t *testing.T) {
 		}
 		snap := cache.Build(topo.ProxyNode, nodeObj, svcs, slices)
 		for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			cfg := DefaultConfig(fam)
+			cfg := facts.DefaultConfig(fam)
 			cfg.MasqueradeAll = pc.MasqueradeAll
 			if pc.ClusterCIDR {
 				cfg.ClusterCIDRs = topo.ClusterCIDRs()
 			}
 			if pc.NodePortAddresses != "" {
 				var err error
-				cfg.NodePortAddresses, cfg.NodePortPrimary, err = ParseNodePortAddresses(strings.Split(pc.NodePortAddresses, ","))
+				cfg.NodePortAddresses, cfg.NodePortPrimary, err = facts.ParseNodePortAddresses(strings.Split(pc.NodePortAddresses, ","))
 				if err != nil {
 					t.Fatal(err)
 				}

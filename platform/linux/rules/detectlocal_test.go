@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // TestDetectLocalModes checks how each detect-local mode matches local pod
@@ -27,11 +28,11 @@ func TestDetectLocalModes(t *testing.T) {
 		want        []string // lines that must appear
 		absent      []string
 	}{
-		{mode: LocalClusterCIDR, want: []string{"! -s 10.244.0.0/16 -d 10.96.0.1/32", "-s 10.244.0.0/16 -j KPROXY-SVC-"}},
-		{mode: LocalBridgeInterface, iface: "cbr0", want: []string{"-d 10.96.0.1/32 ! -i cbr0", "-i cbr0 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
-		{mode: LocalInterfaceNamePrefix, iface: "veth", want: []string{"-d 10.96.0.1/32 ! -i veth+", "-i veth+ -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
-		{mode: LocalNodeCIDR, podCIDRs: []string{"10.244.1.0/24", "fd00:10:1::/64"}, want: []string{"! -s 10.244.1.0/24 -d 10.96.0.1/32", "-s 10.244.1.0/24 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16", "fd00"}},
-		{mode: LocalNodeCIDR, absent: []string{"10.244.0.0/16", "! -s 10.", "-i "}}, // node not known yet: nothing is local
+		{mode: facts.LocalClusterCIDR, want: []string{"! -s 10.244.0.0/16 -d 10.96.0.1/32", "-s 10.244.0.0/16 -j KPROXY-SVC-"}},
+		{mode: facts.LocalBridgeInterface, iface: "cbr0", want: []string{"-d 10.96.0.1/32 ! -i cbr0", "-i cbr0 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
+		{mode: facts.LocalInterfaceNamePrefix, iface: "veth", want: []string{"-d 10.96.0.1/32 ! -i veth+", "-i veth+ -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16"}},
+		{mode: facts.LocalNodeCIDR, podCIDRs: []string{"10.244.1.0/24", "fd00:10:1::/64"}, want: []string{"! -s 10.244.1.0/24 -d 10.96.0.1/32", "-s 10.244.1.0/24 -j KPROXY-SVC-"}, absent: []string{"10.244.0.0/16", "fd00"}},
+		{mode: facts.LocalNodeCIDR, absent: []string{"10.244.0.0/16", "! -s 10.", "-i "}}, // node not known yet: nothing is local
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode+tc.iface+strings.Join(tc.podCIDRs, ","), func(t *testing.T) {
@@ -62,7 +63,7 @@ func TestDetectLocalModes(t *testing.T) {
 // becomes full and every service chain uses them.
 func TestNodeCIDRChangeRewritesEverything(t *testing.T) {
 	cfg := testConfig(v1.IPv4Protocol)
-	cfg.LocalDetect = LocalNodeCIDR
+	cfg.LocalDetect = facts.LocalNodeCIDR
 	p := mustPlanner(t, cfg)
 	v := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.1", 80, false))))
 	in := fullInput(v)
@@ -84,9 +85,9 @@ func TestDetectLocalValidation(t *testing.T) {
 		mode, iface string
 		ok          bool
 	}{
-		{"", "", true}, {LocalNodeCIDR, "", true}, {LocalBridgeInterface, "cbr0", true},
-		{LocalBridgeInterface, "", false}, {LocalInterfaceNamePrefix, "bad name", false},
-		{LocalInterfaceNamePrefix, "abcdefghijklmnop", false}, {"Nope", "", false},
+		{"", "", true}, {facts.LocalNodeCIDR, "", true}, {facts.LocalBridgeInterface, "cbr0", true},
+		{facts.LocalBridgeInterface, "", false}, {facts.LocalInterfaceNamePrefix, "bad name", false},
+		{facts.LocalInterfaceNamePrefix, "abcdefghijklmnop", false}, {"Nope", "", false},
 	} {
 		cfg := testConfig(v1.IPv4Protocol)
 		cfg.LocalDetect, cfg.LocalInterface = tc.mode, tc.iface

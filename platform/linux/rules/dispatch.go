@@ -2,13 +2,10 @@ package rules
 
 import (
 	"maps"
-	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-
-	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -131,58 +128,6 @@ func sortedNames(m map[proxy.ServicePortName]struct{}) []proxy.ServicePortName {
 	return out
 }
 
-// nodePortDestinations computes the destinations NodePorts answer on: nil
-// with all=true for "every local address", else the node's addresses in the
-// configured prefixes plus its primary address.
-func (r *renderer) nodePortDestinations(node proxy.Node, local []netip.Addr) (all bool, ips []netip.Addr) {
-	cfg := r.cfg
-	if len(cfg.NodePortAddresses) == 0 && !cfg.NodePortPrimary {
-		return true, nil
-	}
-	prefixes := cfg.ofFamily(cfg.NodePortAddresses)
-	for _, a := range local {
-		if !r.addrOK(a) {
-			continue
-		}
-		for _, p := range prefixes {
-			if p.Contains(a) {
-				ips = append(ips, a)
-				break
-			}
-		}
-	}
-	if cfg.NodePortPrimary {
-		for _, a := range node.Addresses {
-			if r.addrOK(a) {
-				ips = append(ips, a) // the first of the family is the primary
-				break
-			}
-		}
-	}
-	ips = slices.DeleteFunc(ips, func(a netip.Addr) bool { return a.IsLoopback() && !r.localhostNodePorts() })
-	slices.SortFunc(ips, netip.Addr.Compare)
-	return false, slices.Compact(ips)
-}
-
-func (r *renderer) localhostNodePorts() bool {
-	return r.cfg.Family == v1.IPv4Protocol && r.cfg.LocalhostNodePorts
-}
-
-// nodeIPs are the node's own addresses of the family (status addresses and
-// non-loopback local addresses), sorted.
-func (r *renderer) nodeIPs(node proxy.Node, local []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, list := range [][]netip.Addr{node.Addresses, local} {
-		for _, a := range list {
-			if r.addrOK(a) && !a.IsLoopback() {
-				out = append(out, a)
-			}
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
-
 // writeDispatch decides each dispatch chain's mode and writes the shards
 // that changed. The parents are written by writeBase.
 func (p *Planner) writeDispatch(w *planWriter, full bool) (modeChanged [2]bool) {
@@ -248,7 +193,7 @@ func (p *Planner) dispatchBody(b *builder, d *dispatch) {
 	di := dispatchIndex(d)
 	if d.sharded {
 		for _, k := range sortedKeys(d.members) {
-			b.add(d.shardMatch(k, p.cfg.is6()), "-j", d.shardName(k))
+			b.add(d.shardMatch(k, p.cfg.Is6()), "-j", d.shardName(k))
 		}
 		return
 	}
@@ -275,19 +220,3 @@ func (p *Planner) addEntries(b *builder, names []proxy.ServicePortName, di int, 
 		}
 	}
 }
-
-// NodeIPs returns the node's own addresses of cfg's family (status
-// addresses and non-loopback local addresses), sorted: what both Linux
-// modes treat as the node's.
-func NodeIPs(cfg Config, node proxy.Node, local []netip.Addr) []netip.Addr {
-	return newRenderer(cfg).nodeIPs(node, local)
-}
-
-// NodePortDestinations returns where NodePorts answer under cfg: every
-// local address (all), or the listed ones.
-func NodePortDestinations(cfg Config, node proxy.Node, local []netip.Addr) (all bool, ips []netip.Addr) {
-	return newRenderer(cfg).nodePortDestinations(node, local)
-}
-
-// OfFamily keeps the prefixes of cfg's family, masked.
-func OfFamily(cfg Config, ps []netip.Prefix) []netip.Prefix { return cfg.ofFamily(ps) }

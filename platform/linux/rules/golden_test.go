@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // mixed returns one service port of every kind, in family fam.
@@ -38,7 +39,7 @@ func TestGolden(t *testing.T) {
 	tests := []struct {
 		name  string
 		fam   v1.IPFamily
-		cfg   func(*Config)
+		cfg   func(*facts.Config)
 		ports func() []*proxy.ServicePort
 	}{
 		{name: "ipv4", fam: v1.IPv4Protocol, ports: func() []*proxy.ServicePort { return mixed(v1.IPv4Protocol) }},
@@ -46,7 +47,7 @@ func TestGolden(t *testing.T) {
 		{
 			name: "ipv4-options",
 			fam:  v1.IPv4Protocol,
-			cfg: func(c *Config) {
+			cfg: func(c *facts.Config) {
 				c.MasqueradeAll = true
 				c.RandomFully = false
 				c.LocalhostNodePorts = false
@@ -59,7 +60,7 @@ func TestGolden(t *testing.T) {
 		{
 			name: "ipv4-two-cluster-cidrs",
 			fam:  v1.IPv4Protocol,
-			cfg: func(c *Config) {
+			cfg: func(c *facts.Config) {
 				c.ClusterCIDRs = append(c.ClusterCIDRs, netip.MustParsePrefix("10.245.0.0/16"))
 				c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 			},
@@ -68,7 +69,7 @@ func TestGolden(t *testing.T) {
 		{
 			name: "ipv4-sharded",
 			fam:  v1.IPv4Protocol,
-			cfg:  func(c *Config) { c.ShardThreshold = 4 },
+			cfg:  func(c *facts.Config) { c.ShardThreshold = 4 },
 			ports: func() []*proxy.ServicePort {
 				var out []*proxy.ServicePort
 				for i := 0; i < 6; i++ {
@@ -93,7 +94,7 @@ func TestGolden(t *testing.T) {
 		{
 			name: "ipv6-sharded",
 			fam:  v1.IPv6Protocol,
-			cfg:  func(c *Config) { c.ShardThreshold = 2 },
+			cfg:  func(c *facts.Config) { c.ShardThreshold = 2 },
 			ports: func() []*proxy.ServicePort {
 				var out []*proxy.ServicePort
 				for i := 0; i < 3; i++ {

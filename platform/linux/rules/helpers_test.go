@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -178,8 +179,8 @@ func view(fam v1.IPFamily, ports ...*proxy.ServicePort) *proxy.FamilyView {
 	return proxy.NewFamilyView(fam, m)
 }
 
-func testConfig(fam v1.IPFamily) Config {
-	c := DefaultConfig(fam)
+func testConfig(fam v1.IPFamily) facts.Config {
+	c := facts.DefaultConfig(fam)
 	if fam == v1.IPv6Protocol {
 		c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00:10::/32")}
 	} else {
@@ -188,7 +189,7 @@ func testConfig(fam v1.IPFamily) Config {
 	return c
 }
 
-func mustPlanner(t testing.TB, cfg Config) *Planner {
+func mustPlanner(t testing.TB, cfg facts.Config) *Planner {
 	t.Helper()
 	p, err := NewPlanner(cfg)
 	if err != nil {

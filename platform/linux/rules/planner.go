@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // Input is what one sync plans from.
@@ -88,7 +90,7 @@ type Plan struct {
 	// must set net.ipv4.conf.all.route_localnet=1.
 	RouteLocalnet bool
 	// Conntrack lists the UDP flows to delete once the rules are in place.
-	Conntrack []ConntrackFilter
+	Conntrack []conntrack.Filter
 	// Problems describe what the ports rendered by this plan left out
 	// (object and field named); Planner.Problems lists every port's.
 	Problems []proxy.Unsupported
@@ -123,7 +125,7 @@ type portState struct {
 // one (the caller asks for a full plan then). A Planner never touches the
 // kernel: the chains present there reach it as data (Input.Existing).
 type Planner struct {
-	cfg Config
+	cfg facts.Config
 	r   *renderer
 	// record is what the kernel holds after the last committed plan; Plan
 	// works on a copy of it (the plan's next record).
@@ -176,12 +178,12 @@ func (r *record) clone() *record {
 }
 
 // NewPlanner returns a planner for cfg.
-func NewPlanner(cfg Config) (*Planner, error) {
+func NewPlanner(cfg facts.Config) (*Planner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.ShardThreshold == 0 {
-		cfg.ShardThreshold = DefaultShardThreshold
+		cfg.ShardThreshold = facts.DefaultShardThreshold
 	}
 	p := &Planner{cfg: cfg, r: newRenderer(cfg), record: &record{}}
 	p.reset()
@@ -191,7 +193,7 @@ func NewPlanner(cfg Config) (*Planner, error) {
 }
 
 // Config returns the planner's configuration.
-func (p *Planner) Config() Config { return p.cfg }
+func (p *Planner) Config() facts.Config { return p.cfg }
 
 func (p *Planner) reset() {
 	p.ports = map[proxy.ServicePortName]*portState{}
@@ -287,13 +289,13 @@ func (p *Planner) plan(in Input) *Plan {
 	}
 
 	p.r.conns = in.Connections
-	nodeIPs := p.r.nodeIPs(in.Node, in.LocalAddrs)
+	nodeIPs := p.cfg.NodeIPs(in.Node, in.LocalAddrs)
 	nodeChanged := !slices.Equal(nodeIPs, p.nodeIPs)
 	p.nodeIPs = nodeIPs
-	if p.cfg.LocalDetect == LocalNodeCIDR {
+	if p.cfg.LocalDetect == facts.LocalNodeCIDR {
 		// The node's pod CIDRs decide what is local: when they change
 		// (the Node object arrived or was edited), everything is rewritten.
-		if local := p.cfg.nodeLocal(in.Node); !slices.Equal(local, p.r.local) {
+		if local := nodeLocal(&p.cfg, in.Node); !slices.Equal(local, p.r.local) {
 			p.r.local = local
 			p.local = local
 			if !full {
@@ -350,7 +352,7 @@ func (p *Planner) plan(in Input) *Plan {
 		// time (flows may predate kproxy). A periodic full sync of unchanged
 		// ports does not scan the conntrack table.
 		if oldSP != sp || oldSP == nil {
-			if f := conntrackFor(p.r, oldSP, sp, in.LocalAddrs); f != nil {
+			if f := conntrack.StaleFlows(p.cfg.Family, oldSP, sp, in.LocalAddrs); f != nil {
 				plan.Conntrack = append(plan.Conntrack, f...)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
 
@@ -53,7 +54,7 @@ type portOut struct {
 
 // renderer holds the strings derived from the Config once.
 type renderer struct {
-	cfg      Config
+	cfg      facts.Config
 	hostBits string // "/32" or "/128"
 	// local matches traffic from local pods (the detect-local mode).
 	local        []localMatch
@@ -74,14 +75,14 @@ type renderer struct {
 	conns map[proxy.ServicePortName]map[netip.AddrPort]int
 }
 
-func newRenderer(cfg Config) *renderer {
+func newRenderer(cfg facts.Config) *renderer {
 	m := uint32(1) << cfg.MasqueradeBit
 	f := uint32(1) << cfg.FilterBit
 	both := m | f
 	hx := func(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
 	r := &renderer{
 		cfg:         cfg,
-		local:       cfg.staticLocal(),
+		local:       staticLocal(&cfg),
 		setMasq:     "-j MARK --set-xmark " + hx(m) + "/" + hx(m),
 		setReject:   "-j MARK --set-xmark " + hx(f) + "/" + hx(both),
 		setDrop:     "-j MARK --set-xmark " + hx(both) + "/" + hx(both),
@@ -94,7 +95,7 @@ func newRenderer(cfg Config) *renderer {
 	if cfg.RandomFully {
 		r.masquerade += " --random-fully"
 	}
-	if cfg.is6() {
+	if cfg.Is6() {
 		r.hostBits = "/128"
 		r.recentMask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
 		r.rejectWith = "icmp6-port-unreachable"
@@ -210,10 +211,6 @@ func commentText(s string) string {
 	return string(b)
 }
 
-// ReasonSourceHashTooManyEndpoints: a source-hash port has more endpoints
-// than the table has slots; it is balanced at random.
-const ReasonSourceHashTooManyEndpoints = "SourceHashTooManyEndpoints"
-
 func (r *renderer) addrOK(a netip.Addr) bool {
 	c := intent.Config{Family: r.cfg.Family}
 	return c.AddrOK(a)
@@ -251,13 +248,6 @@ func (r *renderer) render(p *intent.Port) (*portOut, []proxy.Unsupported) {
 	proto := protoName(p.Protocol)
 	id := portID(p.Name)
 	svcName, svlName, extName, fwName := kindSVC+id, kindSVL+id, kindEXT+id, kindFW+id
-	if p.Algorithm == proxy.AlgorithmSourceHash {
-		if n := max(len(p.Cluster), len(p.Local)); n > proxy.MaxSourceHashEndpoints {
-			problems = append(problems, proxy.Unsupported{Service: p.Name.NamespacedName, Port: p.Name.Port, Family: p.Family,
-				Reason:  ReasonSourceHashTooManyEndpoints,
-				Message: fmt.Sprintf("service port %s: algorithm: source-hash spreads over at most %d endpoints, %d here: using random", p.Name, proxy.MaxSourceHashEndpoints, n)})
-		}
-	}
 	out := &portOut{}
 	need := [2]bool{} // SVC, SVL: some rule jumps to it
 	nameOf := func(s intent.Set) string {
@@ -476,7 +466,7 @@ func (r *renderer) dnatRules(w *builder, p *intent.Port, proto string, set inten
 		}
 	}
 	n := len(eps)
-	alg := p.Algorithm
+	alg := p.AlgorithmOf(set)
 	var weights []float64 // least connection: each endpoint's weight
 	if alg == proxy.AlgorithmLeastConnection {
 		if weights = p.Weights(set); weights == nil {
@@ -488,7 +478,7 @@ func (r *renderer) dnatRules(w *builder, p *intent.Port, proto string, set inten
 			r.sourceHashRules(w, proto, eps, table)
 			return
 		}
-		alg = proxy.AlgorithmRandom
+		alg = proxy.AlgorithmRandom // no endpoint
 	}
 	for i, ep := range eps {
 		w.begin()

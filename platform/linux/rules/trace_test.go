@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/ruleset"
 )
 
@@ -85,7 +86,7 @@ type probe struct {
 	want  expect
 }
 
-func tracePlan(t *testing.T, cfg Config, v *proxy.FamilyView, forwardDrop bool) (*ruleset.Ruleset, ruleset.Host) {
+func tracePlan(t *testing.T, cfg facts.Config, v *proxy.FamilyView, forwardDrop bool) (*ruleset.Ruleset, ruleset.Host) {
 	t.Helper()
 	p := mustPlanner(t, cfg)
 	in := fullInput(v)
@@ -184,7 +185,7 @@ func TestTraceSemantics(t *testing.T) {
 
 	tests := []struct {
 		name        string
-		cfg         func(*Config)
+		cfg         func(*facts.Config)
 		port        *proxy.ServicePort
 		forwardDrop bool
 		probes      []probe
@@ -220,7 +221,7 @@ func TestTraceSemantics(t *testing.T) {
 		},
 		{
 			name: "masqueradeAll",
-			cfg:  func(c *Config) { c.MasqueradeAll = true },
+			cfg:  func(c *facts.Config) { c.MasqueradeAll = true },
 			port: svc("ns/web", "10.96.0.10", 80, v1.ProtocolTCP, withEndpoints(eps...)),
 			probes: []probe{
 				{from: fromPod, dst: "10.96.0.10:80", want: answer(true, all...)},
@@ -228,7 +229,7 @@ func TestTraceSemantics(t *testing.T) {
 		},
 		{
 			name: "no cluster CIDR: only hairpin and external traffic is masqueraded",
-			cfg:  func(c *Config) { c.ClusterCIDRs = nil },
+			cfg:  func(c *facts.Config) { c.ClusterCIDRs = nil },
 			port: svc("ns/web", "10.96.0.10", 80, v1.ProtocolTCP, withNodePort(30080), withEndpoints(eps...)),
 			probes: []probe{
 				{from: fromPod, dst: "10.96.0.10:80", want: answer(false, all...)},
@@ -238,7 +239,7 @@ func TestTraceSemantics(t *testing.T) {
 		},
 		{
 			name: "two cluster CIDRs",
-			cfg: func(c *Config) {
+			cfg: func(c *facts.Config) {
 				c.ClusterCIDRs = append(c.ClusterCIDRs, netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("fd00::/64"))
 			},
 			port: svc("ns/web", "10.96.0.10", 80, v1.ProtocolTCP, withEndpoints(eps...)),
@@ -270,7 +271,7 @@ func TestTraceSemantics(t *testing.T) {
 		},
 		{
 			name: "NodePort without localhost NodePorts",
-			cfg:  func(c *Config) { c.LocalhostNodePorts = false },
+			cfg:  func(c *facts.Config) { c.LocalhostNodePorts = false },
 			port: svc("ns/np", "10.96.0.12", 80, v1.ProtocolTCP, withNodePort(30080), withEndpoints(eps...)),
 			probes: []probe{
 				{from: fromNode, dst: "127.0.0.1:30080", want: answer(false)},
@@ -279,7 +280,7 @@ func TestTraceSemantics(t *testing.T) {
 		},
 		{
 			name: "NodePort on --nodeport-addresses only",
-			cfg: func(c *Config) {
+			cfg: func(c *facts.Config) {
 				c.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 				c.NodePortPrimary = true
 			},
@@ -333,7 +334,7 @@ func TestTraceSemantics(t *testing.T) {
 		},
 		{
 			name: "externalTrafficPolicy Local without cluster CIDR",
-			cfg:  func(c *Config) { c.ClusterCIDRs = nil },
+			cfg:  func(c *facts.Config) { c.ClusterCIDRs = nil },
 			port: svc("ns/local", "10.96.0.15", 80, v1.ProtocolTCP, withNodePort(30082), withETPLocal(), withEndpoints(eps...)),
 			probes: []probe{
 				{from: fromOutside, dst: np(30082), want: answer(false, podLocal+":8080")},
@@ -363,7 +364,10 @@ func TestTraceSemantics(t *testing.T) {
 			probes: []probe{
 				{from: fromPod, dst: "10.96.0.17:80", want: answer(false, podLocal+":8080")},
 				{from: fromOutside, dst: np(30084), want: answer(false, podLocal+":8080")},
-				{from: fromNode, dst: np(30084), want: answer(true, podLocal+":8080")},
+				// In-cluster clients of the NodePort short-circuit to
+				// every endpoint, as with internalTrafficPolicy Cluster.
+				{from: fromNode, dst: np(30084), want: answer(true, all...)},
+				{from: fromPod, dst: np(30084), want: answer(false, all...)},
 			},
 		},
 		{

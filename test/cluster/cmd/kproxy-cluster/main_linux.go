@@ -20,8 +20,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/cluster"
+	"github.com/kproxy/kproxy/test/controlplane"
 )
 
 func main() {
