@@ -38,7 +38,7 @@ func liveIptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 		}
 		save = append(save, out...)
 	}
-	t, err := linux.LiveIptables(iptablesConfig(o, fam), snap, local, save)
+	t, err := linux.LiveIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local), save)
 	return t, local, err
 }
 
@@ -63,7 +63,7 @@ func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 	if in.Chains, err = runNFT(ctx, "-j", "list", "chains"); err != nil {
 		return nil, nil, err
 	}
-	t, err := linux.LiveNFT(nftablesConfig(o, fam), snap, local, in)
+	t, err := linux.LiveNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local), in)
 	return t, local, err
 }
 

@@ -47,7 +47,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 	o, snap := examplesSnapshot(t, "iptables")
 	local := []netip.Addr{netip.MustParseAddr("192.168.50.11"), netip.MustParseAddr("127.0.0.1")}
 	cfg := iptablesConfig(o, v1.IPv4Protocol)
-	planned, err := linux.PlannedIptables(cfg, snap, local)
+	planned, err := linux.PlannedIptables(cfg, fullView(o, snap, v1.IPv4Protocol, local))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 		edit(rs)
-		tr, err := linux.LiveIptables(cfg, snap, local, []byte(rs.Save("nat")+rs.Save("filter")))
+		tr, err := linux.LiveIptables(cfg, fullView(o, snap, v1.IPv4Protocol, local), []byte(rs.Save("nat")+rs.Save("filter")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/windows"
@@ -35,12 +36,18 @@ func plannedNodeAddrs(snap *proxy.Snapshot) []netip.Addr {
 	return append(append([]netip.Addr(nil), snap.Node.Addresses...), netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback())
 }
 
+// fullView is the full intent View of fam for snap on a node with these
+// addresses, as the running proxy of o's mode builds it.
+func fullView(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, local []netip.Addr) *intent.View {
+	return app.FullView(app.Settings(o, modes()[string(o.ProxyMode())]), fam, snap, local)
+}
+
 func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
 	if live {
 		return liveIptablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedIptables(iptablesConfig(o, fam), snap, local)
+	t, err := linux.PlannedIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local))
 	return t, local, err
 }
 
@@ -49,7 +56,7 @@ func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot
 		return liveNFTablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedNFT(nftablesConfig(o, fam), snap, local)
+	t, err := linux.PlannedNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local))
 	return t, local, err
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows"
 )
 
@@ -42,8 +41,8 @@ func hnsOptions(o *config.Options, family v1.IPFamily, hns windows.HNS, env app.
 // kernelspaceDryRun renders the HNS objects of both families as JSON, on any
 // OS, without HNS: the network is taken as an L2Bridge network of that name
 // (an overlay network's remote subnets can only be read from HNS).
-func kernelspaceDryRun(o *config.Options) (proxy.DryRunner, error) {
-	var fan proxy.FanOut
+func kernelspaceDryRun(o *config.Options) (app.Backends, error) {
+	var out app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		opts := hnsOptions(o, fam, nil, app.Env{})
 		if opts.NetworkName == "" {
@@ -53,9 +52,9 @@ func kernelspaceDryRun(o *config.Options) (proxy.DryRunner, error) {
 		if err != nil {
 			return nil, err
 		}
-		fan = append(fan, b)
+		out = append(out, app.FamilyBackend{Family: fam, Snapshots: b})
 	}
-	return fan, nil
+	return out, nil
 }
 
 // classifyHNSError names the cause of an HNS backend's sync error: HNS

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"time"
 
@@ -75,7 +76,6 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
 		log.Info("nftables backend ready", "family", fam, "table", fmt.Sprintf("%s %s", nftables.Family(fam), nftables.TableName))
-		go b.RunLeastConnection(ctx)
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 	}
 	return backends, nil
@@ -160,7 +160,6 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
 		// Weights of least-connection Services, from conntrack (idle
 		// without such Services).
-		go b.RunLeastConnection(ctx)
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 		flavours[fam] = sys.Flavour
 	}
@@ -303,12 +302,8 @@ func cleanupUpstream(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func dryRunHost() linux.Host {
-	if sys, err := linux.NewSystem(v1.IPv4Protocol, linux.FlavourAuto); err == nil {
-		return sys.Host
-	}
-	return &linux.FakeHost{}
-}
+// linuxAddrs lists the node's addresses for the Linux modes, over netlink.
+func linuxAddrs() ([]netip.Addr, error) { return linux.ProcHost().LocalAddresses() }
 
 // tuneNode applies, once at start, the process and kernel settings kube-proxy
 // applies: kproxy's OOM score and the conntrack sysctls. Failures are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/windows"
 )
 
@@ -39,7 +39,7 @@ func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Bac
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
-		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
+		backends = append(backends, app.FamilyBackend{Family: fam, Snapshots: b})
 	}
 	klog.FromContext(ctx).Info("HNS backend ready", "network", o.Winkernel().NetworkName)
 	return backends, nil
@@ -64,4 +64,5 @@ func cleanupHNS(ctx context.Context, o *config.Options) error {
 	return errors.Join(errs...)
 }
 
-func dryRunHost() linux.Host { return &linux.FakeHost{} }
+// linuxAddrs: a dry run of a Linux mode on Windows knows no address.
+func linuxAddrs() ([]netip.Addr, error) { return nil, nil }

@@ -105,7 +105,7 @@ func (w *world) sync(full bool) (proxy.Changes, error) {
 	w.t.Helper()
 	snap, ch := w.cache.Snapshot()
 	ch.Full = ch.Full || full
-	err := w.b.Sync(context.Background(), snap, ch)
+	err := syncSnap(context.Background(), w.b, snap, ch)
 	if err == nil {
 		w.cache.Ack(snap)
 	}
@@ -130,12 +130,11 @@ func (w *world) checkMatchesFullPlan() {
 func (w *world) checkMatchesFullPlanWith(conns map[proxy.ServicePortName]map[netip.AddrPort]int) {
 	w.t.Helper()
 	snap, _ := w.cache.Snapshot()
-	p, err := iptables.NewPlanner(w.b.opts.Rules)
+	p, err := iptables.NewPlanner(w.b.m.opts.Rules)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	plan := p.Plan(iptables.Input{View: snap.Family(w.b.family), Node: snap.Node, LocalAddrs: w.host.Addrs, Changes: proxy.Changes{Full: true},
-		Connections: conns})
+	plan := p.Plan(iptables.Input{View: fullView(w.b.m.opts.Rules, snap.Family(w.b.family), snap.Node, w.host.Addrs, conns), Full: true})
 	want := iptmodel.New()
 	if err := want.Restore(plan.Restore, true); err != nil {
 		w.t.Fatal(err)
@@ -318,7 +317,7 @@ func TestSyncInterrupted(t *testing.T) {
 	cancel()
 	w.ipt.FailNext["Restore"] = errors.New("iptables-restore: signal: killed")
 	restores := w.ipt.Calls["Restore"]
-	err := w.b.Sync(ctx, snap, ch)
+	err := syncSnap(ctx, w.b, snap, ch)
 	if err == nil || !strings.Contains(err.Error(), "interrupted") || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sync = %v, want an interruption wrapping context.Canceled", err)
 	}
@@ -559,7 +558,7 @@ func TestDryRunHasNoSideEffects(t *testing.T) {
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1), proxytest.WithNodePort())
 	snap, _ := w.cache.Snapshot()
 	var out strings.Builder
-	if err := w.b.DryRun(&out, snap); err != nil {
+	if err := dryRunSnap(w.b, &out, snap); err != nil {
 		t.Fatal(err)
 	}
 	for k, n := range w.ipt.Calls {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/iptables"
 	"github.com/kproxy/kproxy/platform/linux/iptables/rulesfuzz"
@@ -43,7 +42,7 @@ func TestKernelRestoreAcceptsFuzzedPlans(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						plan := p.Plan(iptables.Input{View: view, Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}})
+						plan := p.Plan(iptables.Input{View: fullView(cfg, view, node, local, nil), Full: true})
 						if out, err := restore(cmds.Restore, plan.Restore, "--test", "--noflush"); err != nil {
 							t.Fatalf("input %d (%q): %s --test rejects the plan: %v\n%s\nplan:\n%s", i, in, cmds.Restore, err, out, plan.Restore)
 						}

@@ -2,12 +2,11 @@ package linux
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/kproxy/kproxy/pkg/explain"
-	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/iptables"
 	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
@@ -26,15 +25,15 @@ type IptablesExplainer struct {
 
 var _ explain.Tracer = (*IptablesExplainer)(nil)
 
-// plannedRuleset plans a full sync of one family for snap and applies it to
-// empty tables, as the applier applies it to the kernel: the restore input,
-// then the jumps at the top of the built-in chains.
-func plannedRuleset(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*iptmodel.Ruleset, []iptables.Jump, error) {
+// plannedRuleset plans a full sync of v and applies it to empty tables, as
+// the applier applies it to the kernel: the restore input, then the jumps
+// at the top of the built-in chains.
+func plannedRuleset(cfg facts.Config, v *intent.View) (*iptmodel.Ruleset, []iptables.Jump, error) {
 	p, err := iptables.NewPlanner(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("iptables planner: %w", err)
 	}
-	plan := p.Plan(iptables.Input{View: snap.Family(cfg.Family), Node: snap.Node, LocalAddrs: local, Changes: proxy.Changes{Full: true}})
+	plan := p.Plan(iptables.Input{View: v, Full: true})
 	rs := iptmodel.New()
 	if err := rs.Restore(plan.Restore, true); err != nil {
 		return nil, nil, fmt.Errorf("applying the plan to the iptables model: %w", err)
@@ -48,29 +47,29 @@ func plannedRuleset(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) 
 	return rs, plan.Jumps, nil
 }
 
-// PlannedIptables returns a tracer over kproxy's plan of cfg.Family for snap,
-// on a node with these local addresses.
-func PlannedIptables(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*IptablesExplainer, error) {
-	rs, _, err := plannedRuleset(cfg, snap, local)
+// PlannedIptables returns a tracer over kproxy's plan of v (a full View of
+// cfg.Family, with the node's local addresses).
+func PlannedIptables(cfg facts.Config, v *intent.View) (*IptablesExplainer, error) {
+	rs, _, err := plannedRuleset(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	return &IptablesExplainer{rs: rs, host: iptmodel.Host{LocalAddrs: local}}, nil
+	return &IptablesExplainer{rs: rs, host: iptmodel.Host{LocalAddrs: v.LocalAddrs}}, nil
 }
 
 // LiveIptables returns a tracer over save, the iptables-save output of the nat
 // and filter tables of cfg.Family, with a line for every difference from
-// kproxy's plan for snap.
-func LiveIptables(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, save []byte) (*IptablesExplainer, error) {
+// kproxy's plan of v.
+func LiveIptables(cfg facts.Config, v *intent.View, save []byte) (*IptablesExplainer, error) {
 	live, err := iptmodel.Parse(save)
 	if err != nil {
 		return nil, fmt.Errorf("reading iptables-save output: %w", err)
 	}
-	planned, jumps, err := plannedRuleset(cfg, snap, local)
+	planned, jumps, err := plannedRuleset(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	return &IptablesExplainer{rs: live, host: iptmodel.Host{LocalAddrs: local}, drift: IptablesDrift(planned, live, jumps)}, nil
+	return &IptablesExplainer{rs: live, host: iptmodel.Host{LocalAddrs: v.LocalAddrs}, drift: IptablesDrift(planned, live, jumps)}, nil
 }
 
 // Trace follows the first packet of q through the tables.

@@ -31,20 +31,16 @@ type NFTExplainer struct {
 
 var _ explain.Tracer = (*NFTExplainer)(nil)
 
-// plannedNFTPlan renders a full sync of cfg's family for snap on a node
-// with these local addresses, as NFTBackend.DryRun does.
-func plannedNFTPlan(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*nftables.Plan, error) {
+// plannedNFTPlan renders a full sync of v (a full View of cfg's family),
+// as NFTBackend.DryRun does.
+func plannedNFTPlan(cfg facts.Config, v *intent.View) (*nftables.Plan, error) {
 	rd, err := nftables.NewRenderer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	node, icfg := nftFacts(cfg, snap.Node, local)
-	in := nftables.Input{Full: true, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
-	if view := snap.Family(cfg.Family); view != nil {
-		for _, sp := range view.Sorted() {
-			p, _ := intent.Build(icfg, sp, nil)
-			in.Ports[sp.Name] = p
-		}
+	in := nftables.Input{Full: true, Node: nftFacts(cfg, v.Node, v.LocalAddrs), Ports: map[proxy.ServicePortName]*intent.Port{}}
+	for _, p := range v.Sorted() {
+		in.Ports[p.Name] = p
 	}
 	plan, _ := rd.Render(in, nil)
 	return plan, nil
@@ -52,8 +48,8 @@ func plannedNFTPlan(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) 
 
 // plannedNFT applies plannedNFTPlan to an empty Fake: the table kproxy
 // would hold.
-func plannedNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*nftmodel.Model, error) {
-	plan, err := plannedNFTPlan(cfg, snap, local)
+func plannedNFT(cfg facts.Config, v *intent.View) (*nftmodel.Model, error) {
+	plan, err := plannedNFTPlan(cfg, v)
 	if err != nil {
 		return nil, err
 	}
@@ -75,14 +71,14 @@ func newNFTExplainer(cfg facts.Config, m *nftmodel.Model, local []netip.Addr) (*
 	return &NFTExplainer{cfg: cfg, model: m, tr: tr, host: nftmodel.Host{LocalAddrs: local}}, nil
 }
 
-// PlannedNFT returns a tracer over kproxy's plan of cfg.Family for snap, on
-// a node with these local addresses.
-func PlannedNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr) (*NFTExplainer, error) {
-	m, err := plannedNFT(cfg, snap, local)
+// PlannedNFT returns a tracer over kproxy's plan of v (a full View of
+// cfg.Family, with the node's local addresses).
+func PlannedNFT(cfg facts.Config, v *intent.View) (*NFTExplainer, error) {
+	m, err := plannedNFT(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	return newNFTExplainer(cfg, m, local)
+	return newNFTExplainer(cfg, m, v.LocalAddrs)
 }
 
 // NFTLive is what was read from a node for a live explanation.
@@ -96,9 +92,9 @@ type NFTLive struct {
 }
 
 // LiveNFT returns a tracer over kproxy's table as read from the node, with
-// a line for every difference from kproxy's plan for snap and a note for
+// a line for every difference from kproxy's plan of v and a note for
 // every other table's NAT chain that sees connections before kproxy's.
-func LiveNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, in NFTLive) (*NFTExplainer, error) {
+func LiveNFT(cfg facts.Config, v *intent.View, in NFTLive) (*NFTExplainer, error) {
 	fam := nftables.Family(cfg.Family)
 	var l nftmodel.Listing
 	if in.Table != nil {
@@ -115,16 +111,16 @@ func LiveNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, in NFTL
 			return nil, fmt.Errorf("reading nft -j list chains: %w", err)
 		}
 	}
-	return liveNFT(cfg, snap, local, l, hooks)
+	return liveNFT(cfg, v, l, hooks)
 }
 
 // liveNFT is LiveNFT over a table already read (l.Model nil: no table).
-func liveNFT(cfg facts.Config, snap *proxy.Snapshot, local []netip.Addr, l nftmodel.Listing, hooks []nftmodel.ListedChain) (*NFTExplainer, error) {
-	planned, err := plannedNFT(cfg, snap, local)
+func liveNFT(cfg facts.Config, v *intent.View, l nftmodel.Listing, hooks []nftmodel.ListedChain) (*NFTExplainer, error) {
+	planned, err := plannedNFT(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	e, err := newNFTExplainer(cfg, l.Model, local)
+	e, err := newNFTExplainer(cfg, l.Model, v.LocalAddrs)
 	if err != nil {
 		return nil, err
 	}

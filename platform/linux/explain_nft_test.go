@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
@@ -157,7 +158,7 @@ func readNFTExplain(t *testing.T, name string) []byte {
 // the other tables' NAT chains that see connections no later than kproxy's.
 func TestExplainNFTLiveCaptured(t *testing.T) {
 	w := newNFTExplainWorld(t)
-	plan, err := plannedNFTPlan(w.cfg, w.snap, w.local)
+	plan, err := plannedNFTPlan(w.cfg, w.view())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestExplainNFTLiveCaptured(t *testing.T) {
 	}
 	live := func(t *testing.T, scenario string, chains []byte) *NFTExplainer {
 		t.Helper()
-		e, err := LiveNFT(w.cfg, w.snap, w.local, NFTLive{Table: readNFTExplain(t, scenario), Chains: chains})
+		e, err := LiveNFT(w.cfg, w.view(), NFTLive{Table: readNFTExplain(t, scenario), Chains: chains})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +181,7 @@ func TestExplainNFTLiveCaptured(t *testing.T) {
 		if len(res.Drift) != 0 || res.Verdict != explain.DNAT || len(res.Targets) != 2 {
 			t.Fatalf("want DNAT to 2 endpoints and no drift:\n%s", text(res))
 		}
-		planned, err := PlannedNFT(w.cfg, w.snap, w.local)
+		planned, err := PlannedNFT(w.cfg, w.view())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +266,7 @@ func TestExplainNFTLiveCaptured(t *testing.T) {
 // table (then nothing handles the address).
 func TestExplainNFTDriftFake(t *testing.T) {
 	w := newNFTExplainWorld(t)
-	plan, err := plannedNFTPlan(w.cfg, w.snap, w.local)
+	plan, err := plannedNFTPlan(w.cfg, w.view())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestExplainNFTDriftFake(t *testing.T) {
 		if err := f.Run(context.Background(), nftables.TextTx(fam, tx.String())); err != nil {
 			t.Fatal(err)
 		}
-		e, err := liveNFT(w.cfg, w.snap, w.local, nftmodel.Listing{Model: f.Model()}, nil)
+		e, err := liveNFT(w.cfg, w.view(), nftmodel.Listing{Model: f.Model()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,4 +367,9 @@ func TestNFTDriftPortChainGenerations(t *testing.T) {
 	if len(d) != 1 || !strings.Contains(d[0], "chain port-abcdefgh-ns/s/tcp/p-eps-cluster differs from the plan") {
 		t.Errorf("other content: drift %q, want the chain that differs", d)
 	}
+}
+
+// view is the world's full View, as kproxy explain builds it.
+func (w *nftExplainWorld) view() *intent.View {
+	return fullView(w.cfg, w.snap.Family(w.cfg.Family), w.snap.Node, w.local, nil)
 }

@@ -49,14 +49,14 @@ func TestLeastConnectionRefresh(t *testing.T) {
 	}
 	// Not due yet: the last read was just now.
 	snap, _ := w.cache.Snapshot()
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if w.ct.Counts != 1 || !strings.Contains(w.ipt.Dump(), even) {
 		t.Fatalf("a read before LeastConnRefresh: %d reads", w.ct.Counts)
 	}
 	w.b.lc.at = w.b.lc.at.Add(-LeastConnRefresh)
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	weighted := "--probability " + "0.01923076902" + " -j DNAT --to-destination " + busy.String()
@@ -70,7 +70,7 @@ func TestLeastConnectionRefresh(t *testing.T) {
 
 	// Same counts again: nothing written.
 	w.b.lc.at = w.b.lc.at.Add(-LeastConnRefresh)
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if w.ct.Counts != 3 || w.b.Last().Stats.WrittenChains != 0 {
@@ -87,7 +87,7 @@ func TestLeastConnectionCostCap(t *testing.T) {
 	w.b.lc.cost = 2 * time.Second
 	w.b.lc.at = time.Now().Add(-10 * time.Second)
 	snap, _ := w.cache.Snapshot()
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if w.ct.Counts != 1 {

@@ -70,7 +70,7 @@ func TestNFTTakeOverFailureCounted(t *testing.T) {
 			t.Errorf("cleanup failures %d, want %d", n, want)
 		}
 	}
-	if err := b.Sync(context.Background(), snap, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(context.Background(), b, snap, proxy.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitTakeOver()
@@ -80,14 +80,14 @@ func TestNFTTakeOverFailureCounted(t *testing.T) {
 	// backend has marked it undone.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		b.mu.Lock()
-		undone := !b.tookOver
+		undone := !b.m.tookOver.Load()
 		b.mu.Unlock()
 		if undone || time.Now().After(deadline) {
 			break
 		}
 	}
 	fail.Store(false)
-	if err := b.Sync(context.Background(), snap, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(context.Background(), b, snap, proxy.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitTakeOver() // retried after the next full sync, and succeeds

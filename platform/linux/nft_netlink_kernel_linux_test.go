@@ -102,8 +102,8 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 					node = netip.MustParseAddr("fd00:77::2")
 				}
 				be := systemNFTBackend(t, fam)
-				be.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
-				sys := be.opts.NFT.(*nftables.System)
+				be.m.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
+				sys := be.m.opts.NFT.(*nftables.System)
 				defer sys.Close()
 				sys.SetNetlink(false)
 				ports := netlinkPorts(fam, node)
@@ -113,7 +113,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				} else {
 					snap.IPv4 = proxy.NewFamilyView(fam, ports)
 				}
-				if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				before := tableElements(t, fam)
@@ -187,7 +187,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 						snap.IPv4 = proxy.NewFamilyView(fam, ports)
 					}
 					nl0, _ = sys.Runs()
-					if err := be.Sync(ctx, snap, ch); err != nil {
+					if err := syncSnap(ctx, be, snap, ch); err != nil {
 						t.Fatal(err)
 					}
 					if nl, _ := sys.Runs(); nl != nl0+1 {
@@ -199,7 +199,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				if slices.Equal(changed, before) {
 					t.Fatal("the endpoint change changed no element")
 				}
-				if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				if d := diffLines(changed, tableElements(t, fam)); d != "" {

@@ -91,11 +91,11 @@ func TestKernelNFTSplitFullSync(t *testing.T) {
 				// sync runs one full sync with a new backend (a restart).
 				sync := func(netlink bool, ports map[proxy.ServicePortName]*proxy.ServicePort) (nl, ex int) {
 					be := systemNFTBackend(t, fam)
-					be.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
-					sys := be.opts.NFT.(*nftables.System)
+					be.m.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
+					sys := be.m.opts.NFT.(*nftables.System)
 					defer sys.Close()
 					sys.SetNetlink(netlink)
-					if err := be.Sync(ctx, snapOf(ports), proxy.Changes{Full: true}); err != nil {
+					if err := syncSnap(ctx, be, snapOf(ports), proxy.Changes{Full: true}); err != nil {
 						t.Fatal(err)
 					}
 					return sys.Runs()

@@ -77,9 +77,9 @@ func (k *primaryKeeper) node(log klog.Logger, family v1.IPFamily, cfg facts.Conf
 
 // planNode is the iptables mode's primaryKeeper.node: natSave is
 // iptables-save of the nat table on a full sync, nil on a partial one.
-// Called with b.mu held.
-func (b *Backend) planNode(n proxy.Node, natSave []byte) proxy.Node {
-	return b.primary.node(b.log, b.family, b.opts.Rules, n, natSave != nil, func() []netip.Addr { return primaryInRules(natSave) })
+// Called with the Driver's lock held.
+func (m *iptMode) planNode(n proxy.Node, natSave []byte) proxy.Node {
+	return m.primary.node(m.log, m.family, m.opts.Rules, n, natSave != nil, func() []netip.Addr { return primaryInRules(natSave) })
 }
 
 // keptPrimaries keeps, of the NodePort destinations the kernel's rules

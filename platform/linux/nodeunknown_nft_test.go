@@ -65,7 +65,7 @@ func (w *nftNodeWorld) sync(full bool) {
 	w.t.Helper()
 	snap, ch := w.cache.Snapshot()
 	ch.Full = ch.Full || full
-	if err := w.b.Sync(context.Background(), snap, ch); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, ch); err != nil {
 		w.t.Fatal(err)
 	}
 	w.cache.Ack(snap)

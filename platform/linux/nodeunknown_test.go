@@ -31,7 +31,7 @@ func nodePortJumps(save string) []string {
 // object, with the same Services.
 func (w *world) restartWithoutNode(mutate func(*Options)) {
 	w.t.Helper()
-	opts := w.b.opts
+	opts := w.b.m.opts
 	if mutate != nil {
 		mutate(&opts)
 	}

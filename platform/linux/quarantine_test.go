@@ -40,7 +40,7 @@ func TestRejectedServiceIsQuarantined(t *testing.T) {
 	}
 	due := func() {
 		for _, p := range q {
-			w.b.quarantine[p.Name].retry = time.Now().Add(-time.Second)
+			w.b.m.quarantine[p.Name].retry = time.Now().Add(-time.Second)
 		}
 	}
 	dump := w.ipt.Dump()
@@ -72,7 +72,7 @@ func TestRejectedServiceIsQuarantined(t *testing.T) {
 	// Due, still rejected: the backoff doubles.
 	due()
 	w.mustSync(false)
-	if got := w.b.quarantine[q[0].Name].backoff; got != 2*quarantineMinBackoff {
+	if got := w.b.m.quarantine[q[0].Name].backoff; got != 2*quarantineMinBackoff {
 		t.Errorf("backoff %v after a second rejection, want %v", got, 2*quarantineMinBackoff)
 	}
 	// The kernel accepts it now (module loaded): programmed at the retry.

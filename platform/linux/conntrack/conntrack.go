@@ -10,8 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // Filter selects stale flows to delete after a sync: flows of
@@ -77,67 +77,58 @@ func unmap(a netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
 
-// frontends lists the addresses:ports a UDP service port is reached on.
-func frontends(cfg *facts.Config, sp *proxy.ServicePort, local []netip.Addr) []netip.AddrPort {
-	if sp == nil || !cfg.AddrOK(sp.ClusterIP) || sp.Port <= 0 || sp.Port > 65535 {
-		return nil
-	}
-	port := uint16(sp.Port)
-	out := []netip.AddrPort{netip.AddrPortFrom(sp.ClusterIP, port)}
-	for _, list := range [][]netip.Addr{sp.ExternalIPs, sp.LoadBalancerIPs} {
-		for _, a := range list {
-			if cfg.AddrOK(a) {
-				out = append(out, netip.AddrPortFrom(a, port))
-			}
+// frontends lists the addresses and ports a service port's intent is
+// reached on: its ClusterIP, externalIPs and load balancer IPs, and its
+// NodePort on each of local (the node's addresses of the family).
+func frontends(p *intent.Port, local []netip.Addr) []netip.AddrPort {
+	var out []netip.AddrPort
+	c := intent.Config{Family: p.Family}
+	for i := range p.Frontends {
+		fe := &p.Frontends[i]
+		if fe.Kind != intent.NodePort {
+			out = append(out, netip.AddrPortFrom(fe.Addr, uint16(fe.Port)))
+			continue
 		}
-	}
-	if sp.NodePort > 0 && sp.NodePort <= 65535 {
 		for _, a := range local {
-			if cfg.AddrOK(a) {
-				out = append(out, netip.AddrPortFrom(a, uint16(sp.NodePort)))
+			if c.AddrOK(a) {
+				out = append(out, netip.AddrPortFrom(a, uint16(fe.Port)))
 			}
 		}
 	}
 	return out
 }
 
-func endpointSet(sp *proxy.ServicePort) []netip.AddrPort {
-	if sp == nil {
-		return nil
+// endpointSet lists the endpoints of both of p's sets, once each, sorted.
+func endpointSet(p *intent.Port) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(p.Cluster)+len(p.Local))
+	for _, list := range [][]proxy.Endpoint{p.Cluster, p.Local} {
+		for _, ep := range list {
+			out = append(out, ep.AddrPort())
+		}
 	}
-	eps := sp.AllReachableEndpoints()
-	out := make([]netip.AddrPort, 0, len(eps))
-	for _, ep := range eps {
-		out = append(out, ep.AddrPort())
-	}
-	return out
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return slices.Compact(out)
 }
 
-// StaleFlows returns the conntrack filters for one UDP service port of
-// family that changed from old to cur (either may be nil; old is nil the
-// first time a backend sees the port, when every flow to it is checked);
-// local are the node's addresses (NodePorts are reached on them). Every
-// Linux mode cleans the same flows.
-func StaleFlows(family v1.IPFamily, old, cur *proxy.ServicePort, local []netip.Addr) []Filter {
-	cfg := facts.Config{Family: family}
-	return conntrackFor(&cfg, old, cur, local)
-}
-
-// conntrackFor returns the filters for one UDP service port that changed
-// from old to cur (either may be nil; old is nil the first time a planner
-// sees the port, when every flow to it is checked).
-func conntrackFor(cfg *facts.Config, old, cur *proxy.ServicePort, local []netip.Addr) []Filter {
-	isUDP := func(sp *proxy.ServicePort) bool { return sp != nil && sp.Protocol == v1.ProtocolUDP }
+// StaleFlows returns the conntrack filters for one UDP service port whose
+// intent changed from old to cur (either may be nil; old is nil the first
+// time a backend sees the port, when every flow to it is checked); local
+// are the node's addresses (NodePorts are reached on them). Flows to a
+// frontend are kept when they go to an endpoint of cur; flows to a
+// frontend cur no longer has are deleted. Every Linux mode cleans the same
+// flows.
+func StaleFlows(old, cur *intent.Port, local []netip.Addr) []Filter {
+	isUDP := func(p *intent.Port) bool { return p != nil && p.Protocol == v1.ProtocolUDP }
 	if !isUDP(old) && !isUDP(cur) {
 		return nil
 	}
 	var curFront, oldFront, keep []netip.AddrPort
 	if isUDP(cur) {
-		curFront = frontends(cfg, cur, local)
+		curFront = frontends(cur, local)
 		keep = endpointSet(cur)
 	}
 	if isUDP(old) {
-		oldFront = frontends(cfg, old, local)
+		oldFront = frontends(old, local)
 	}
 	if old != nil && cur != nil && slices.Equal(curFront, oldFront) && slices.Equal(keep, endpointSet(old)) {
 		return nil // neither the frontends nor the endpoints changed

@@ -93,10 +93,10 @@ func DefaultConfig(f v1.IPFamily) Config {
 
 // Detect-local modes (Config.LocalDetect), named as kube-proxy's detectLocalMode.
 const (
-	LocalClusterCIDR         = "ClusterCIDR"
-	LocalNodeCIDR            = "NodeCIDR"
-	LocalBridgeInterface     = "BridgeInterface"
-	LocalInterfaceNamePrefix = "InterfaceNamePrefix"
+	LocalClusterCIDR         = intent.LocalClusterCIDR
+	LocalNodeCIDR            = intent.LocalNodeCIDR
+	LocalBridgeInterface     = intent.LocalBridgeInterface
+	LocalInterfaceNamePrefix = intent.LocalInterfaceNamePrefix
 )
 
 // Validate checks the configuration.
@@ -127,14 +127,11 @@ func (c *Config) Validate() error {
 func (c *Config) Is6() bool { return c.Family == v1.IPv6Protocol }
 
 // OfFamily keeps the prefixes of the config's family, masked.
-func (c *Config) OfFamily(ps []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range ps {
-		if p.Addr().Is6() == c.Is6() && !p.Addr().Is4In6() {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
+func (c *Config) OfFamily(ps []netip.Prefix) []netip.Prefix { return intent.OfFamily(c.Family, ps) }
+
+// DetectLocal returns the detect-local setting as the intent reads it.
+func (c *Config) DetectLocal() intent.DetectLocal {
+	return intent.DetectLocal{Mode: c.LocalDetect, ClusterCIDRs: c.ClusterCIDRs, Interface: c.LocalInterface}
 }
 
 // AddrOK reports whether a is a usable unicast address of the family.
@@ -149,28 +146,16 @@ func (c *Config) LocalhostNodePortsOn() bool {
 	return c.Family == v1.IPv4Protocol && c.LocalhostNodePorts
 }
 
-// PodCIDRs returns the prefixes that tell pods from other clients, when the
-// detect-local mode matches by source address: the cluster CIDRs, or with
-// LocalNodeCIDR the node's pod CIDRs (nil for the interface modes, and
-// until the node's are known).
+// PodCIDRs returns the prefixes that tell pods from other clients (see
+// intent.DetectLocal.PodCIDRs).
 func (c *Config) PodCIDRs(node proxy.Node) []netip.Prefix {
-	switch c.LocalDetect {
-	case LocalBridgeInterface, LocalInterfaceNamePrefix:
-		return nil
-	case LocalNodeCIDR:
-		return c.OfFamily(node.PodCIDRs)
-	}
-	return c.OfFamily(c.ClusterCIDRs)
+	return c.DetectLocal().PodCIDRs(c.Family, node)
 }
 
-// PodSources reports whether pods can be told from other clients: an
-// interface detect-local mode, or pod CIDRs of the family known.
+// PodSources reports whether pods can be told from other clients (see
+// intent.DetectLocal.PodSources).
 func (c *Config) PodSources(node proxy.Node) bool {
-	switch c.LocalDetect {
-	case LocalBridgeInterface, LocalInterfaceNamePrefix:
-		return true
-	}
-	return len(c.PodCIDRs(node)) > 0
+	return c.DetectLocal().PodSources(c.Family, node)
 }
 
 // NodePortDestinations returns where NodePorts answer: every local address
@@ -205,19 +190,10 @@ func (c *Config) NodePortDestinations(node proxy.Node, local []netip.Addr) (all 
 	return false, slices.Compact(ips)
 }
 
-// NodeIPs returns the node's own addresses of the family (status addresses
-// and non-loopback local addresses), sorted.
+// NodeIPs returns the node's own addresses of the family (see
+// intent.NodeIPs).
 func (c *Config) NodeIPs(node proxy.Node, local []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, list := range [][]netip.Addr{node.Addresses, local} {
-		for _, a := range list {
-			if c.AddrOK(a) && !a.IsLoopback() {
-				out = append(out, a)
-			}
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	return intent.NodeIPs(c.Family, node, local)
 }
 
 // ParseNodePortAddresses parses --nodeport-addresses values: CIDRs and the

@@ -131,9 +131,9 @@ func TestSourceHashTooManyEndpoints(t *testing.T) {
 	}
 	sp := svc("ns/big", "10.96.0.40", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmSourceHash), withEndpoints(eps...))
 	plan := planned(mustPlanner(t, testConfig(v1.IPv4Protocol)), fullInput(view(v1.IPv4Protocol, sp)))
-	if len(plan.Problems) != 1 || !strings.Contains(plan.Problems[0].Message, "source-hash spreads over at most 32 endpoints, 33 here: using random") ||
-		plan.Problems[0].Reason != intent.ReasonSourceHashTooManyEndpoints {
-		t.Errorf("problems %q", plan.Problems)
+	if len(problems(plan)) != 1 || !strings.Contains(problems(plan)[0].Message, "source-hash spreads over at most 32 endpoints, 33 here: using random") ||
+		problems(plan)[0].Reason != intent.ReasonSourceHashTooManyEndpoints {
+		t.Errorf("problems %q", problems(plan))
 	}
 	if strings.Contains(string(plan.Restore), "-m cluster") || !strings.Contains(string(plan.Restore), "--mode random") {
 		t.Errorf("want random rules:\n%s", plan.Restore)
@@ -163,15 +163,15 @@ func TestLeastConnection(t *testing.T) {
 		return m
 	}
 	plan := planned(p, fullInput(v))
-	if len(plan.Problems) > 0 {
-		t.Fatal(plan.Problems)
+	if len(problems(plan)) > 0 {
+		t.Fatal(problems(plan))
 	}
 	kernel(t, rs, plan)
 	if got := share(); math.Abs(got[podRemote1+":8080"]-0.5) > 1e-6 {
 		t.Errorf("without counts: %v, want even", got)
 	}
 	busy := netip.MustParseAddrPort(podRemote1 + ":8080")
-	in := Input{View: v, Changes: changed(sp.Name), Connections: map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: {busy: 50}}}
+	in := testInput{View: v, Changes: changed(sp.Name), Connections: map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: {busy: 50}}}
 	in.Node, in.LocalAddrs = nodeFor(v1.IPv4Protocol)
 	plan = planned(p, in)
 	if plan.Stats.WrittenChains == 0 {

@@ -11,14 +11,18 @@ import (
 )
 
 // writeBase renders the fixed chains and writes those whose content changed.
-func (p *Planner) writeBase(w *planWriter, in Input, full bool, modeChanged [2]bool, plan *Plan) {
+func (p *planning) writeBase(w *planWriter, in Input, full bool, modeChanged [2]bool, plan *Plan) {
 	r := p.r
 	var nat, filter []chainOut
 
 	// KPROXY-SERVICES: dispatch, then the jump to NodePorts. The dispatch
 	// parents are rendered again only when their entries, mode or tail
 	// changed (a flat parent may hold up to ShardThreshold rules).
-	all, ips := r.cfg.NodePortDestinations(in.Node, in.LocalAddrs)
+	node := in.View.Node
+	if in.Node != nil {
+		node = *in.Node
+	}
+	all, ips := r.cfg.NodePortDestinations(node, in.View.LocalAddrs)
 	tail := &builder{chain: ChainServices}
 	switch {
 	case all && r.cfg.LocalhostNodePortsOn():

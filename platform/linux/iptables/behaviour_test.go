@@ -48,9 +48,9 @@ func TestBehaviourTable(t *testing.T) {
 				}
 			}
 			local := append(node1.Addrs(fam), netip.MustParseAddr(map[v1.IPFamily]string{v1.IPv4Protocol: "127.0.0.1", v1.IPv6Protocol: "::1"}[fam]))
-			plan := planned(mustPlanner(t, cfg), Input{View: snap.Family(fam), Node: snap.Node, LocalAddrs: local, Changes: fullChanges})
-			if len(plan.Problems) > 0 {
-				t.Fatalf("%s %s: problems: %v", pc, fam, plan.Problems)
+			plan := planned(mustPlanner(t, cfg), testInput{View: snap.Family(fam), Node: snap.Node, LocalAddrs: local, Changes: fullChanges})
+			if len(problems(plan)) > 0 {
+				t.Fatalf("%s %s: problems: %v", pc, fam, problems(plan))
 			}
 			rs := iptmodel.New()
 			kernel(t, rs, plan)

@@ -130,7 +130,7 @@ func sortedNames(m map[proxy.ServicePortName]struct{}) []proxy.ServicePortName {
 
 // writeDispatch decides each dispatch chain's mode and writes the shards
 // that changed. The parents are written by writeBase.
-func (p *Planner) writeDispatch(w *planWriter, full bool) (modeChanged [2]bool) {
+func (p *planning) writeDispatch(w *planWriter, full bool) (modeChanged [2]bool) {
 	for i, d := range p.disp {
 		modeChanged[i] = d.decideMode(p.cfg.ShardThreshold)
 		if !d.sharded {
@@ -189,7 +189,7 @@ func isShardOf(d *dispatch, chain string) bool {
 
 // dispatchBody renders a dispatch parent: all entries (flat) or one jump per
 // shard (sharded).
-func (p *Planner) dispatchBody(b *builder, d *dispatch) {
+func (p *planning) dispatchBody(b *builder, d *dispatch) {
 	di := dispatchIndex(d)
 	if d.sharded {
 		for _, k := range sortedKeys(d.members) {
@@ -209,7 +209,7 @@ func (p *Planner) dispatchBody(b *builder, d *dispatch) {
 // addEntries adds the entries of dispatch table di that match, of the ports
 // names in order: first every ClusterIP entry, then every external one (an
 // external frontend never shadows a ClusterIP, whatever the names).
-func (p *Planner) addEntries(b *builder, names []proxy.ServicePortName, di int, match func(entry) bool) {
+func (p *planning) addEntries(b *builder, names []proxy.ServicePortName, di int, match func(entry) bool) {
 	for _, external := range []bool{false, true} {
 		for _, n := range names {
 			for _, e := range p.ports[n].entries {

@@ -33,7 +33,7 @@ func FuzzPlanner(f *testing.F) {
 		}
 		view, node, local := rulesfuzz.Input(data, fam)
 		p := mustPlanner(t, testConfig(fam))
-		plan := planned(p, Input{View: view, Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}})
+		plan := planned(p, testInput{View: view, Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}})
 		if err := checkRestore(plan.Restore); err != nil {
 			t.Fatalf("%v\n%s", err, plan.Restore)
 		}
@@ -48,7 +48,7 @@ func FuzzPlanner(f *testing.F) {
 		}
 		// A second, partial plan of the same view is well formed too (and
 		// empty: nothing changed).
-		plan2 := planned(p, Input{View: view, Node: node, LocalAddrs: local})
+		plan2 := planned(p, testInput{View: view, Node: node, LocalAddrs: local})
 		if err := rs.Restore(plan2.Restore, true); err != nil {
 			t.Fatalf("the ruleset parser rejects the follow-up plan: %v\n%s", err, plan2.Restore)
 		}

@@ -111,8 +111,8 @@ func TestGolden(t *testing.T) {
 				tc.cfg(&cfg)
 			}
 			plan := planned(mustPlanner(t, cfg), fullInput(view(tc.fam, tc.ports()...)))
-			if len(plan.Problems) > 0 {
-				t.Fatalf("problems: %v", plan.Problems)
+			if len(problems(plan)) > 0 {
+				t.Fatalf("problems: %v", problems(plan))
 			}
 			golden(t, tc.name, plan.Restore)
 		})

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 )
@@ -207,10 +208,54 @@ func nodeFor(fam v1.IPFamily) (proxy.Node, []netip.Addr) {
 		[]netip.Addr{a("127.0.0.1"), node1IP}
 }
 
-func fullInput(v *proxy.FamilyView) Input {
+func fullInput(v *proxy.FamilyView) testInput {
 	node, local := nodeFor(v.Family)
-	return Input{View: v, Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
+	return testInput{View: v, Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
 }
+
+// testInput is a plan's input in the cache's terms: the tests' planners
+// get it as an intent View built by a Builder of their own (a planner
+// sees a sequence of Views, as from the app).
+type testInput struct {
+	View        *proxy.FamilyView
+	Node        proxy.Node
+	LocalAddrs  []netip.Addr
+	Changes     proxy.Changes
+	Connections map[proxy.ServicePortName]map[netip.AddrPort]int
+	Existing    map[string]map[string]uint64
+	Extra       map[string][]string
+	Exclude     map[proxy.ServicePortName]bool
+	Referenced  map[string]map[string]bool
+}
+
+var builders = map[*Planner]*intent.Builder{}
+
+// input builds in's View with p's Builder.
+func (in testInput) input(p *Planner) Input {
+	b := builders[p]
+	if b == nil {
+		b = intent.NewBuilder(p.cfg.Family)
+		builders[p] = b
+	}
+	cfg := intent.Settings{MasqueradeAll: p.cfg.MasqueradeAll, DetectLocal: p.cfg.DetectLocal()}.Config(p.cfg.Family, in.Node, in.LocalAddrs)
+	v := b.Build(intent.Input{Config: cfg, Ports: in.View, Node: in.Node, LocalAddrs: in.LocalAddrs, Changes: in.Changes,
+		Conns: in.Connections, ConnsChanged: in.Changes.Ports})
+	return Input{View: v, Full: in.Changes.Full, Existing: in.Existing, Extra: in.Extra, Exclude: in.Exclude, Referenced: in.Referenced}
+}
+
+// planIn plans in (see testInput).
+func (p *Planner) planIn(in testInput) *Plan {
+	pi := in.input(p)
+	plan := p.Plan(pi)
+	viewProblems[plan] = pi.View.Problems()
+	return plan
+}
+
+// viewProblems holds the problems of the View each test plan was made
+// from: what the intent left out.
+var viewProblems = map[*Plan][]proxy.Unsupported{}
+
+func problems(plan *Plan) []proxy.Unsupported { return viewProblems[plan] }
 
 func changed(names ...proxy.ServicePortName) proxy.Changes {
 	ch := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{}}
@@ -224,8 +269,8 @@ var fullChanges = proxy.Changes{Full: true}
 
 // planned plans in and commits the plan, as a backend does once the
 // restore succeeded.
-func planned(p *Planner, in Input) *Plan {
-	plan := p.Plan(in)
+func planned(p *Planner, in testInput) *Plan {
+	plan := p.planIn(in)
 	p.Commit(plan)
 	return plan
 }

@@ -6,27 +6,20 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // Input is what one sync plans from.
 type Input struct {
-	// View is the snapshot's view of the planner's family.
-	View *proxy.FamilyView
-	// Node holds the node's facts from the snapshot (its addresses, primary
-	// first per family).
-	Node proxy.Node
-	// LocalAddrs are the addresses currently on the node's interfaces (all
-	// families; others are ignored), listed by the applier at each sync.
-	LocalAddrs []netip.Addr
-	// Changes says what changed since the last sync. A full plan rewrites
-	// every chain; a partial one only the chains whose content changed among
-	// those of the changed service ports.
-	Changes proxy.Changes
+	// View is the intent of the planner's family: its ports, the node's
+	// facts, and which ports changed since the previous View.
+	View *intent.View
+	// Full rewrites every chain; otherwise only the chains whose content
+	// changed among those of the ports View says changed.
+	Full bool
 	// Existing describes the chains present in the kernel per table ("nat",
 	// "filter"): name → hash of their rules as iptables-save prints them
 	// (see KernelChains). Read before a full sync, it lets the plan rewrite
@@ -47,11 +40,9 @@ type Input struct {
 	// chains jump to (read with Existing). iptables cannot delete them: a
 	// full plan that no longer needs one keeps it, empty, instead.
 	Referenced map[string]map[string]bool
-	// Connections holds, for least-connection service ports, the
-	// established connections per endpoint read from conntrack. A port
-	// whose counts changed must be in Changes to be re-rendered. A port
-	// missing here spreads evenly.
-	Connections map[proxy.ServicePortName]map[netip.AddrPort]int
+	// Node replaces View.Node for where NodePorts answer (the applier's
+	// primary address kept while the Node is unknown); zero: View.Node.
+	Node *proxy.Node
 }
 
 // Jump is a rule in a built-in chain that sends packets into kproxy's chains.
@@ -89,28 +80,20 @@ type Plan struct {
 	// RouteLocalnet is true when localhost NodePorts are active: the applier
 	// must set net.ipv4.conf.all.route_localnet=1.
 	RouteLocalnet bool
-	// Conntrack lists the UDP flows to delete once the rules are in place.
-	Conntrack []conntrack.Filter
-	// Problems describe what the ports rendered by this plan left out
-	// (object and field named); Planner.Problems lists every port's.
-	Problems []proxy.Unsupported
-	Stats    Stats
+	Stats         Stats
 	// next is the planner's record once this plan is applied (Commit).
 	next *record
 }
 
 // portState is what the planner remembers of a service port.
 type portState struct {
-	sp       *proxy.ServicePort
+	in       *intent.Port
 	chains   []string
 	entries  []entry
 	hairpin  []netip.Addr
 	hcPort   int32
 	nodeDeps bool
 	rules    int
-	// conns is the least-connection counts the rules were rendered with
-	// (connsKey; "" for other ports).
-	conns string
 }
 
 // Planner turns snapshots into iptables-restore input. It keeps the record
@@ -129,6 +112,14 @@ type Planner struct {
 	r   *renderer
 	// record is what the kernel holds after the last committed plan; Plan
 	// works on a copy of it (the plan's next record).
+	record *record
+}
+
+// planning is one plan in the making: the planner's settings and the copy
+// of its record the plan becomes (Plan never changes the Planner).
+type planning struct {
+	cfg facts.Config
+	r   *renderer
 	*record
 }
 
@@ -140,11 +131,8 @@ type record struct {
 	hairpin  map[netip.Addr]int
 	hcPorts  map[int32]int
 	believed [2]map[string]uint64 // nat, filter: chain → content hash
-	nodeIPs  []netip.Addr
 	// local are the detect-local matches the rules were rendered with.
-	local []localMatch
-	// problems holds, per port, what its rendering left out.
-	problems map[proxy.ServicePortName][]proxy.Unsupported
+	local    []localMatch
 	portRule int // rules in per-port chains and dispatch entries
 	portChn  int
 	// rules and chains of the fixed chains (dispatch parents included)
@@ -162,7 +150,6 @@ type record struct {
 func (r *record) clone() *record {
 	c := *r
 	c.ports = maps.Clone(r.ports)
-	c.problems = maps.Clone(r.problems)
 	c.hairpin = maps.Clone(r.hairpin)
 	c.hcPorts = maps.Clone(r.hcPorts)
 	for i := range r.believed {
@@ -171,7 +158,6 @@ func (r *record) clone() *record {
 	for i, d := range r.disp {
 		c.disp[i] = d.clone()
 	}
-	c.nodeIPs = slices.Clone(r.nodeIPs)
 	c.local = slices.Clone(r.local)
 	c.svcTail = slices.Clone(r.svcTail)
 	return &c
@@ -186,32 +172,21 @@ func NewPlanner(cfg facts.Config) (*Planner, error) {
 		cfg.ShardThreshold = facts.DefaultShardThreshold
 	}
 	p := &Planner{cfg: cfg, r: newRenderer(cfg), record: &record{}}
-	p.reset()
-	p.local = p.r.local
-	p.believed = [2]map[string]uint64{{}, {}}
+	p.record.reset()
+	p.record.local = p.r.local
+	p.record.believed = [2]map[string]uint64{{}, {}}
 	return p, nil
 }
 
 // Config returns the planner's configuration.
 func (p *Planner) Config() facts.Config { return p.cfg }
 
-func (p *Planner) reset() {
+func (p *record) reset() {
 	p.ports = map[proxy.ServicePortName]*portState{}
-	p.problems = map[proxy.ServicePortName][]proxy.Unsupported{}
 	p.disp = [2]*dispatch{newDispatch(ChainServices), newDispatch(ChainNodePorts)}
 	p.hairpin = map[netip.Addr]int{}
 	p.hcPorts = map[int32]int{}
 	p.portRule, p.portChn = 0, 0
-}
-
-// Problems lists what the committed plans left out, for every port, sorted.
-func (p *Planner) Problems() []proxy.Unsupported {
-	var out []proxy.Unsupported
-	for _, ps := range p.problems {
-		out = append(out, ps...)
-	}
-	proxy.SortUnsupported(out)
-	return out
 }
 
 // Commit records that plan was applied: the next plan starts from what it
@@ -234,7 +209,7 @@ type planWriter struct {
 
 // emit records chain c of table ti as desired and writes it unless the
 // kernel already holds the same rules.
-func (p *Planner) emit(w *planWriter, ti int, c chainOut) {
+func (p *planning) emit(w *planWriter, ti int, c chainOut) {
 	w.desired[ti][c.name] = true
 	if h, ok := p.believed[ti][c.name]; ok && h == c.hash && !w.force {
 		return
@@ -244,7 +219,7 @@ func (p *Planner) emit(w *planWriter, ti int, c chainOut) {
 }
 
 // drop deletes chain name of table ti if the kernel has it.
-func (p *Planner) drop(w *planWriter, ti int, name string) {
+func (p *planning) drop(w *planWriter, ti int, name string) {
 	if _, ok := p.believed[ti][name]; ok && !w.desired[ti][name] {
 		w.deleted[ti] = append(w.deleted[ti], name)
 		delete(p.believed[ti], name)
@@ -252,20 +227,18 @@ func (p *Planner) drop(w *planWriter, ti int, name string) {
 }
 
 // Plan renders the restore input that makes the kernel match in.View. It
-// does not change the planner's record: Commit the plan once applied.
+// does not change the planner: Commit the plan once applied.
 func (p *Planner) Plan(in Input) *Plan {
-	committed := p.record
-	p.record = committed.clone()
-	p.r.local = p.local
-	plan := p.plan(in)
-	plan.next = p.record
-	p.record = committed
-	p.r.local = committed.local
+	r := *p.r
+	r.local = p.record.local
+	pl := &planning{cfg: p.cfg, r: &r, record: p.record.clone()}
+	plan := pl.plan(in)
+	plan.next = pl.record
 	return plan
 }
 
-func (p *Planner) plan(in Input) *Plan {
-	full := in.Changes.Full || !p.valid
+func (p *planning) plan(in Input) *Plan {
+	full := in.Full || !p.valid
 	plan := &Plan{Full: full}
 	w := &planWriter{desired: [2]map[string]bool{{}, {}}, force: full && in.Existing == nil}
 	oldPorts := p.ports
@@ -283,83 +256,41 @@ func (p *Planner) plan(in Input) *Plan {
 			}
 		}
 	}
-	view := in.View
-	if view == nil {
-		view = proxy.NewFamilyView(p.cfg.Family, nil)
-	}
-
-	p.r.conns = in.Connections
-	nodeIPs := p.cfg.NodeIPs(in.Node, in.LocalAddrs)
-	nodeChanged := !slices.Equal(nodeIPs, p.nodeIPs)
-	p.nodeIPs = nodeIPs
+	v := in.View
 	if p.cfg.LocalDetect == facts.LocalNodeCIDR {
 		// The node's pod CIDRs decide what is local: when they change
 		// (the Node object arrived or was edited), everything is rewritten.
-		if local := nodeLocal(&p.cfg, in.Node); !slices.Equal(local, p.r.local) {
+		if local := nodeLocal(&p.cfg, v.Node); !slices.Equal(local, p.r.local) {
 			p.r.local = local
 			p.local = local
 			if !full {
-				return p.plan(Input{View: in.View, Node: in.Node, LocalAddrs: in.LocalAddrs, Existing: in.Existing, Extra: in.Extra,
-					Changes: proxy.Changes{Full: true, Ports: in.Changes.Ports}})
+				in.Full = true
+				return p.plan(in)
 			}
 		}
 	}
 
-	// Which ports to (re)render.
+	// Which ports to (re)render: every port of the view on a full plan,
+	// the changed ones otherwise, in name order.
 	var names []proxy.ServicePortName
 	if full {
-		for _, sp := range view.Sorted() {
-			names = append(names, sp.Name)
-		}
-		for n := range oldPorts {
-			if view.Ports[n] == nil {
-				names = append(names, n) // removed: only for conntrack
-			}
+		for _, ip := range v.Sorted() {
+			names = append(names, ip.Name)
 		}
 	} else {
-		set := map[proxy.ServicePortName]bool{}
-		for n := range in.Changes.Ports {
-			set[n] = true
-		}
-		if nodeChanged {
-			for n, ps := range p.ports {
-				if ps.nodeDeps {
-					set[n] = true
-				}
-			}
-		}
-		for n := range set {
-			names = append(names, n)
-		}
+		v.ChangedPorts(func(n proxy.ServicePortName, _ *intent.Port) { names = append(names, n) })
 		sort.Slice(names, func(i, j int) bool { return names[i].Less(names[j]) })
 	}
-
 	for _, n := range names {
-		sp := view.Ports[n]
+		ip := v.Port(n)
 		if in.Exclude[n] {
-			sp = nil
+			ip = nil
 		}
 		old := oldPorts[n]
-		conns := connsKey(sp, in.Connections[n])
-		if old != nil && sp == old.sp && !full && (!nodeChanged || !old.nodeDeps) && old.conns == conns {
+		if old != nil && ip == old.in && !full {
 			continue // the same immutable value: nothing to do
 		}
-		var oldSP *proxy.ServicePort
-		if old != nil {
-			oldSP = old.sp
-		}
-		// Stale flows: for ports that changed, and for every port the first
-		// time (flows may predate kproxy). A periodic full sync of unchanged
-		// ports does not scan the conntrack table.
-		if oldSP != sp || oldSP == nil {
-			if f := conntrack.StaleFlows(p.cfg.Family, oldSP, sp, in.LocalAddrs); f != nil {
-				plan.Conntrack = append(plan.Conntrack, f...)
-			}
-		}
-		p.updatePort(n, sp, old, full, w, &plan.Problems)
-		if st := p.ports[n]; st != nil {
-			st.conns = conns
-		}
+		p.updatePort(n, ip, old, full, w)
 	}
 
 	modeChanged := p.writeDispatch(w, full)
@@ -393,26 +324,16 @@ func (p *Planner) plan(in Input) *Plan {
 }
 
 // updatePort re-renders one port and records the differences.
-func (p *Planner) updatePort(n proxy.ServicePortName, sp *proxy.ServicePort, old *portState, full bool, w *planWriter, problems *[]proxy.Unsupported) {
+func (p *planning) updatePort(n proxy.ServicePortName, ip *intent.Port, old *portState, full bool, w *planWriter) {
 	var ns *portState
 	var chains []chainOut
-	if sp != nil {
-		out, probs := p.r.renderPort(sp, p.nodeIPs)
-		*problems = append(*problems, probs...)
-		if len(probs) > 0 {
-			p.problems[n] = probs
-		} else {
-			delete(p.problems, n)
+	if ip != nil {
+		out := p.r.render(ip)
+		ns = &portState{in: ip, entries: out.entries, hairpin: out.hairpin, hcPort: out.hcPort, nodeDeps: out.nodeDeps, rules: out.rules}
+		for _, c := range out.chains {
+			ns.chains = append(ns.chains, c.name)
 		}
-		if out != nil {
-			ns = &portState{sp: sp, entries: out.entries, hairpin: out.hairpin, hcPort: out.hcPort, nodeDeps: out.nodeDeps, rules: out.rules}
-			for _, c := range out.chains {
-				ns.chains = append(ns.chains, c.name)
-			}
-			chains = out.chains
-		}
-	} else {
-		delete(p.problems, n)
+		chains = out.chains
 	}
 	if full {
 		old = nil // state was reset: nothing to remove
@@ -482,7 +403,7 @@ var baseOrder = map[string]int{
 // deleted kproxy's chains since the last sync, a deletion fails and so does
 // the whole (atomic) restore, which tells the caller to sync in full (which
 // puts everything back).
-func (p *Planner) render(w *planWriter, canary bool, extra map[string][]string) []byte {
+func (p *planning) render(w *planWriter, canary bool, extra map[string][]string) []byte {
 	size := 0
 	for _, lines := range extra {
 		for _, l := range lines {
@@ -553,7 +474,7 @@ func (p *Planner) render(w *planWriter, canary bool, extra map[string][]string) 
 	return out
 }
 
-func (p *Planner) stats(w *planWriter) Stats {
+func (p *planning) stats(w *planWriter) Stats {
 	s := Stats{
 		ServicePorts:  len(p.ports),
 		Chains:        p.baseChains + p.portChn,
@@ -578,22 +499,4 @@ func (p *Planner) stats(w *planWriter) Stats {
 		}
 	}
 	return s
-}
-
-// connsKey renders the least-connection counts of sp's endpoints, in
-// endpoint order ("" when sp is not least-connection), so that the planner
-// re-renders a port whose counts changed.
-func connsKey(sp *proxy.ServicePort, conns map[netip.AddrPort]int) string {
-	if sp == nil || sp.EffectiveAlgorithm() != proxy.AlgorithmLeastConnection || len(conns) == 0 {
-		return ""
-	}
-	var b []byte
-	for _, list := range [][]proxy.Endpoint{sp.ClusterEndpoints, sp.LocalEndpoints} {
-		for _, ep := range list {
-			b = strconv.AppendInt(b, int64(conns[ep.AddrPort()]), 10)
-			b = append(b, ',')
-		}
-		b = append(b, ';')
-	}
-	return string(b)
 }

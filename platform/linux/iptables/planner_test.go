@@ -100,7 +100,7 @@ func TestPartialEqualsFull(t *testing.T) {
 				next++
 				ports[sp.Name] = sp
 			}
-			in := Input{View: proxy.NewFamilyView(fam, clone(ports)), Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
+			in := testInput{View: proxy.NewFamilyView(fam, clone(ports)), Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
 			kernel(t, rs, planned(inc, in))
 			for step := 0; step < 100; step++ {
 				ch := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{}}
@@ -136,7 +136,7 @@ func TestPartialEqualsFull(t *testing.T) {
 					}
 					ch.Node = true
 				}
-				in := Input{View: proxy.NewFamilyView(fam, clone(ports)), Node: node, LocalAddrs: local, Changes: ch}
+				in := testInput{View: proxy.NewFamilyView(fam, clone(ports)), Node: node, LocalAddrs: local, Changes: ch}
 				plan := planned(inc, in)
 				kernel(t, rs, plan)
 
@@ -203,7 +203,7 @@ func TestPartialWritesOnlyWhatChanged(t *testing.T) {
 		names = append(names, sp.Name)
 	}
 	node, local := nodeFor(v1.IPv4Protocol)
-	in := Input{View: proxy.NewFamilyView(v1.IPv4Protocol, clone(ports)), Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
+	in := testInput{View: proxy.NewFamilyView(v1.IPv4Protocol, clone(ports)), Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}}
 	full := planned(p, in)
 	if full.Stats.WrittenChains != full.Stats.Chains {
 		t.Errorf("full plan wrote %d of %d chains", full.Stats.WrittenChains, full.Stats.Chains)
@@ -270,7 +270,7 @@ func TestPartialWritesOnlyWhatChanged(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate()
 			}
-			in := Input{View: proxy.NewFamilyView(v1.IPv4Protocol, clone(ports)), Node: node, LocalAddrs: local, Changes: changed(tc.changes...)}
+			in := testInput{View: proxy.NewFamilyView(v1.IPv4Protocol, clone(ports)), Node: node, LocalAddrs: local, Changes: changed(tc.changes...)}
 			plan := planned(p, in)
 			var written []string
 			for _, line := range strings.Split(string(plan.Restore), "\n") {
@@ -339,26 +339,26 @@ func TestUncommittedPlanLeavesTheRecord(t *testing.T) {
 	p := mustPlanner(t, testConfig(v1.IPv4Protocol))
 	v := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.1", 80, false))))
 	in := fullInput(v)
-	p.Commit(p.Plan(in))
+	p.Commit(p.planIn(in))
 	in.Changes = proxy.Changes{}
-	if plan := p.Plan(in); plan.Full || len(plan.Restore) != 0 {
+	if plan := p.planIn(in); plan.Full || len(plan.Restore) != 0 {
 		t.Fatalf("no-change plan: full=%v restore=%q", plan.Full, plan.Restore)
 	}
 	// A change planned but not applied...
 	v2 := view(v1.IPv4Protocol, svc("ns/a", "10.96.0.1", 80, v1.ProtocolTCP, withEndpoints(ep("10.244.2.9", 80, false))))
 	changed := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{v2.Sorted()[0].Name: {}}}
-	first := p.Plan(Input{View: v2, Changes: changed})
+	first := p.planIn(testInput{View: v2, Changes: changed})
 	if first.Full || len(first.Restore) == 0 {
 		t.Fatalf("change plan: full=%v restore=%q", first.Full, first.Restore)
 	}
 	// ...is planned again in full by the next plan (the record still
 	// holds the old endpoint).
-	again := p.Plan(Input{View: v2, Changes: changed})
+	again := p.planIn(testInput{View: v2, Changes: changed})
 	if string(again.Restore) != string(first.Restore) {
 		t.Fatalf("the uncommitted plan changed the record:\nfirst:\n%s\nagain:\n%s", first.Restore, again.Restore)
 	}
 	p.Commit(again)
-	if plan := p.Plan(Input{View: v2, Changes: changed}); len(plan.Restore) != 0 {
+	if plan := p.planIn(testInput{View: v2, Changes: changed}); len(plan.Restore) != 0 {
 		t.Fatalf("after the commit the same change writes:\n%s", plan.Restore)
 	}
 }
@@ -379,15 +379,15 @@ func TestBadInputIsSkipped(t *testing.T) {
 	want := []string{
 		"service port ns/badep:p: clusterEndpoints[1]",
 		"service port ns/badep:p: clusterEndpoints[2]",
-		"service port ns/badep:p: nodePort: 70000",
 		"service port ns/badep:p: externalIPs[0]",
+		"service port ns/badep:p: nodePort: 70000",
 		"service port ns/badport:p: port",
 		"service port ns/badproto:p: protocol",
 		"service port ns/noip:p: clusterIP",
 		"service port ns/v6:p: family",
 	}
 	var msgs []string
-	for _, pr := range plan.Problems {
+	for _, pr := range problems(plan) {
 		msgs = append(msgs, pr.Message)
 	}
 	if len(msgs) != len(want) {

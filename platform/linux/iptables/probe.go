@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
@@ -20,8 +21,8 @@ const probePrefix = Prefix + "PROBE-"
 // rules jump to outside the probe (the fixed chains) get empty scratch
 // copies, so a probe also works before kproxy's first sync.
 //
-// It uses the node addresses of the last Plan and records nothing.
-func (p *Planner) Probe(ports []*proxy.ServicePort) (create, remove []byte) {
+// It records nothing.
+func (p *Planner) Probe(ports []*intent.Port) (create, remove []byte) {
 	names := map[string]string{} // real chain → scratch chain
 	var order []string
 	scratch := func(real string) string {
@@ -45,11 +46,10 @@ func (p *Planner) Probe(ports []*proxy.ServicePort) (create, remove []byte) {
 		body.WriteString(strings.Join(fields, " "))
 		body.WriteByte('\n')
 	}
-	for _, sp := range ports {
-		out, _ := p.r.renderPort(sp, p.nodeIPs)
-		if out == nil {
-			continue
-		}
+	rd := *p.r
+	rd.local = p.record.local
+	for _, ip := range ports {
+		out := rd.render(ip)
 		for _, c := range out.chains {
 			s := scratch(c.name)
 			for _, line := range strings.Split(strings.TrimSuffix(string(c.body), "\n"), "\n") {

@@ -70,9 +70,6 @@ type renderer struct {
 	rejectWith   string
 	loopback     netip.Prefix
 	probabilites []string // probabilites[n] = 1/n in iptables' canonical form
-	// conns are the least-connection counts of the plan being made
-	// (Input.Connections).
-	conns map[proxy.ServicePortName]map[netip.AddrPort]int
 }
 
 func newRenderer(cfg facts.Config) *renderer {
@@ -216,25 +213,6 @@ func (r *renderer) addrOK(a netip.Addr) bool {
 	return c.AddrOK(a)
 }
 
-// intentConfig is the intent layer's configuration for this planner: the
-// family, masquerade-all, whether pods can be told apart (a detect-local
-// match is known) and the node's addresses.
-func (r *renderer) intentConfig(nodeIPs []netip.Addr) intent.Config {
-	return intent.Config{Family: r.cfg.Family, MasqueradeAll: r.cfg.MasqueradeAll, PodSources: len(r.local) > 0, NodeIPs: nodeIPs}
-}
-
-// renderPort renders one service port: its intent (built here, with the
-// least-connection counts of the plan) as chains and dispatch entries. It
-// returns nil and the problems when the port cannot be rendered at all.
-func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*portOut, []proxy.Unsupported) {
-	p, problems := intent.Build(r.intentConfig(nodeIPs), sp, r.conns[sp.Name])
-	if p == nil {
-		return nil, problems
-	}
-	out, more := r.render(p)
-	return out, append(problems, more...)
-}
-
 // render renders a port's intent. Every decision is the intent's: this
 // only chooses how iptables expresses it. A ClusterIP DNATs through the
 // chain of its set (SVC: cluster endpoints, SVL: local ones), which also
@@ -243,8 +221,7 @@ func (r *renderer) renderPort(sp *proxy.ServicePort, nodeIPs []netip.Addr) (*por
 // by the detect-local match, the node by its source address type, every
 // other client last); source ranges add an FW chain per port in front of
 // its load balancer IPs.
-func (r *renderer) render(p *intent.Port) (*portOut, []proxy.Unsupported) {
-	var problems []proxy.Unsupported
+func (r *renderer) render(p *intent.Port) *portOut {
 	proto := protoName(p.Protocol)
 	id := portID(p.Name)
 	svcName, svlName, extName, fwName := kindSVC+id, kindSVL+id, kindEXT+id, kindFW+id
@@ -426,7 +403,7 @@ func (r *renderer) render(p *intent.Port) (*portOut, []proxy.Unsupported) {
 	out.rules += len(out.entries)
 	out.hairpin = p.Hairpin()
 	out.hcPort = p.HealthCheckNodePort
-	return out, problems
+	return out
 }
 
 // dnatRules renders the load-balancing rules over eps: with session

@@ -59,10 +59,7 @@ type Plan struct {
 	// RouteLocalnet: localhost NodePorts are on, the applier must set
 	// net.ipv4.conf.all.route_localnet=1.
 	RouteLocalnet bool
-	// Problems lists what was left out (invalid input, frontends another
-	// Service holds, what nftables cannot do as asked).
-	Problems []proxy.Unsupported
-	Stats    Stats
+	Stats         Stats
 }
 
 // Applied is what kproxy's table holds after a transaction succeeded: the
@@ -76,14 +73,9 @@ type Applied struct {
 	ports map[proxy.ServicePortName]*appliedPort
 	// shared counts the references to each shared chain (by name); their
 	// definitions are in defs.
-	shared map[string]int
-	defs   map[string]chainDef
-	// claims lists, per frontend key, the ports that have it: the first
-	// owns it (ClusterIPs before other frontends, then by name).
-	claims  map[feKey][]claim
+	shared  map[string]int
+	defs    map[string]chainDef
 	hairpin map[netip.Addr]int
-	// problems holds, per port, what its rendering left out.
-	problems map[proxy.ServicePortName][]proxy.Unsupported
 	// elements, chains and rules count what the table holds; fixed and
 	// own count the fixed chains and the ports' own chains.
 	elements, chains, rules, fixed, own int
@@ -94,41 +86,12 @@ type appliedPort struct {
 	out *portOut
 }
 
-type claim struct {
-	name      proxy.ServicePortName
-	clusterIP bool
-}
-
-func claimCmp(a, b claim) int {
-	if a.clusterIP != b.clusterIP {
-		if a.clusterIP {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Or(cmp.Compare(a.name.Namespace, b.name.Namespace), cmp.Compare(a.name.Name, b.name.Name),
-		cmp.Compare(a.name.Port, b.name.Port), cmp.Compare(a.name.Protocol, b.name.Protocol))
-}
-
 // Ports returns the number of service ports recorded.
 func (a *Applied) Ports() int {
 	if a == nil {
 		return 0
 	}
 	return len(a.ports)
-}
-
-// Problems lists what the rendered ports left out, sorted.
-func (a *Applied) Problems() []proxy.Unsupported {
-	if a == nil {
-		return nil
-	}
-	var out []proxy.Unsupported
-	for _, ps := range a.problems {
-		out = append(out, ps...)
-	}
-	proxy.SortUnsupported(out)
-	return out
 }
 
 // Intent returns the intent a port was rendered from (nil: not rendered).
@@ -145,17 +108,14 @@ func (a *Applied) clone() *Applied {
 		ports:    maps.Clone(a.ports),
 		shared:   maps.Clone(a.shared),
 		defs:     maps.Clone(a.defs),
-		claims:   maps.Clone(a.claims),
 		hairpin:  maps.Clone(a.hairpin),
-		problems: maps.Clone(a.problems),
 		elements: a.elements, chains: a.chains, rules: a.rules, fixed: a.fixed, own: a.own,
 	}
 }
 
 func emptyApplied(gen uint64) *Applied {
 	return &Applied{gen: gen, ports: map[proxy.ServicePortName]*appliedPort{}, shared: map[string]int{},
-		defs: map[string]chainDef{}, claims: map[feKey][]claim{}, hairpin: map[netip.Addr]int{},
-		problems: map[proxy.ServicePortName][]proxy.Unsupported{}}
+		defs: map[string]chainDef{}, hairpin: map[netip.Addr]int{}}
 }
 
 // Renderer renders one family's table. It is pure and stateless apart from
@@ -390,8 +350,7 @@ func setFlags(fs []string) []knftables.SetFlag {
 // Render makes the transaction that takes the table from last (nil: no
 // record, as at start) to what in asks, and the record of the table after
 // it. Only a full render rewrites the fixed objects; a partial one touches
-// the changed ports' elements and chains, and the ports whose frontends
-// change hands because of them.
+// the changed ports' elements and chains.
 func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	full := in.Full || last == nil || !last.base || !last.node.equal(in.Node)
 	r := newRenderer(rd.cfg, in.Node.PodSources)
@@ -412,50 +371,27 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 		next = last.clone()
 	}
 
-	// Claims: which port owns each frontend key. A port that gives a key
-	// up hands it to the next claimant, which is rendered again.
-	todo := map[proxy.ServicePortName]bool{}
-	for n := range in.Ports {
-		todo[n] = true
-	}
-	if !full {
-		for n := range in.Ports {
-			var old *intent.Port
-			if ap := last.ports[n]; ap != nil {
-				old = ap.in
-			}
-			for _, k := range rd.handovers(next, n, old, in.Ports[n]) {
-				todo[k] = true
-			}
-		}
-	} else {
-		for n, p := range in.Ports {
-			rd.handovers(next, n, nil, p)
-		}
-	}
-	names := slices.SortedFunc(maps.Keys(todo), func(a, b proxy.ServicePortName) int {
-		return claimCmp(claim{name: a}, claim{name: b})
+	// Every frontend of a port is its own: the intent gave each to one
+	// port only (pkg/intent's ownership), and a port that lost one is in
+	// the changed ports with the port that gained it.
+	names := slices.SortedFunc(maps.Keys(in.Ports), func(a, b proxy.ServicePortName) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name),
+			cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 	})
 	for _, n := range names {
-		p, ok := in.Ports[n]
-		if !ok {
-			// Rendered again only because a frontend changed hands.
-			p = next.Intent(n)
-		}
+		p := in.Ports[n]
 		var old *appliedPort
 		if !full {
 			old = last.ports[n]
 		}
 		var out *portOut
 		if p != nil {
-			owned := func(k feKey) bool { c := next.claims[k]; return len(c) > 0 && c[0].name == n }
-			out = r.port(p, owned)
+			out = r.port(p)
 			var oldOut *portOut
 			if old != nil {
 				oldOut = old.out
 			}
 			next.gen = resolveOwn(out, oldOut, portKey(n), next.gen)
-			plan.Problems = append(plan.Problems, out.problems...)
 		}
 		rd.diffPort(t, next, n, old, p, out)
 	}
@@ -492,7 +428,6 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	plan.RouteLocalnet = in.Node.Localhost
 	plan.Tx = rd.tx()
 	t.write(plan.Tx, rd.newTx)
-	proxy.SortUnsupported(plan.Problems)
 	return plan, next
 }
 
@@ -620,81 +555,6 @@ func (rd *Renderer) wantSet(r *renderer, a *Applied, name string) bool {
 		}
 	}
 	return false
-}
-
-// frontendKeys lists the dispatch keys of p's frontends.
-func frontendKeys(p *intent.Port) []claimKey {
-	if p == nil {
-		return nil
-	}
-	proto := ProtoName(p.Protocol)
-	out := make([]claimKey, 0, len(p.Frontends))
-	for i := range p.Frontends {
-		fe := &p.Frontends[i]
-		var k string
-		if fe.Kind == intent.NodePort {
-			k = MapNodePorts + " " + proto + " . " + fmt.Sprint(fe.Port)
-		} else {
-			k = MapFrontends + " " + fe.Addr.String() + " . " + proto + " . " + fmt.Sprint(fe.Port)
-		}
-		out = append(out, claimKey{key: feKey(k), clusterIP: fe.Kind == intent.ClusterIP})
-	}
-	return out
-}
-
-type claimKey struct {
-	key       feKey
-	clusterIP bool
-}
-
-// handovers moves port n's claims from old's frontends to cur's and returns
-// the other ports that became the owner of a key (to render again).
-func (rd *Renderer) handovers(a *Applied, n proxy.ServicePortName, old, cur *intent.Port) []proxy.ServicePortName {
-	var out []proxy.ServicePortName
-	head := func(k feKey) (proxy.ServicePortName, bool) {
-		if c := a.claims[k]; len(c) > 0 {
-			return c[0].name, true
-		}
-		return proxy.ServicePortName{}, false
-	}
-	touched := map[feKey]bool{}
-	before := map[feKey]proxy.ServicePortName{}
-	for _, k := range append(frontendKeys(old), frontendKeys(cur)...) {
-		if !touched[k.key] {
-			touched[k.key] = true
-			if h, ok := head(k.key); ok {
-				before[k.key] = h
-			}
-		}
-	}
-	for _, k := range frontendKeys(old) {
-		list := slices.DeleteFunc(slices.Clone(a.claims[k.key]), func(c claim) bool { return c.name == n })
-		if len(list) == 0 {
-			delete(a.claims, k.key)
-		} else {
-			a.claims[k.key] = list
-		}
-	}
-	for _, k := range frontendKeys(cur) {
-		list := slices.Clone(a.claims[k.key])
-		if slices.ContainsFunc(list, func(c claim) bool { return c.name == n }) {
-			continue
-		}
-		list = append(list, claim{name: n, clusterIP: k.clusterIP})
-		slices.SortFunc(list, claimCmp)
-		a.claims[k.key] = list
-	}
-	for k := range touched {
-		h, ok := head(k)
-		if b, had := before[k]; ok && h != n && (!had || b != h) {
-			out = append(out, h)
-		}
-		// The previous owner lost the key to n: render it again too.
-		if b, had := before[k]; had && b != n && (!ok || h != b) {
-			out = append(out, b)
-		}
-	}
-	return out
 }
 
 // resolveOwn names the port's own chains: a chain whose rules are what the
@@ -837,11 +697,6 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 		if !newSets[s.name] {
 			t.delSets = append(t.delSets, op{verb: "delete", obj: &knftables.Set{Name: s.name}})
 		}
-	}
-	if len(out.problems) > 0 {
-		a.problems[n] = out.problems
-	} else {
-		delete(a.problems, n)
 	}
 	if p == nil {
 		delete(a.ports, n)

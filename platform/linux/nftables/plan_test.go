@@ -60,36 +60,33 @@ func TestPartialSyncsEqualFullSync(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
 	rd := nfttest.Renderer(t, nfttest.Config())
 	live := nftmodel.NewFake(knftables.IPv4Family, nftables.TableName)
-	ports := map[proxy.ServicePortName]*proxy.ServicePort{}
+	views := nfttest.NewViews()
+	ports := views.Ports
 	var applied *nftables.Applied
 	intents := func() map[proxy.ServicePortName]*intent.Port {
-		out := map[proxy.ServicePortName]*intent.Port{}
-		for n, sp := range ports {
-			out[n] = nfttest.Build(t, sp)
-		}
-		return out
+		return nfttest.NewViews().With(ports).Build(true, nil)
 	}
 	// shadow follows live, but takes the full renders as System sends
 	// them over netlink (Tx.Split).
 	shadow := nftmodel.NewFake(knftables.IPv4Family, nftables.TableName)
-	plan, applied := rd.Render(nftables.Input{Full: true, Ports: intents(), Node: nfttest.Node}, nil)
+	plan, applied := rd.Render(nftables.Input{Full: true, Ports: views.Build(true, nil), Node: nfttest.Node}, nil)
 	nfttest.Run(t, live, plan)
 	runSplit(t, shadow, plan)
 	for step := range 300 {
-		changed := map[proxy.ServicePortName]*intent.Port{}
+		names := map[proxy.ServicePortName]struct{}{}
 		for range 1 + rnd.IntN(4) {
 			i := rnd.IntN(40)
 			sp := nfttest.GenPort(rnd, i)
+			names[sp.Name] = struct{}{}
 			if rnd.IntN(4) == 0 {
 				if _, ok := ports[sp.Name]; ok {
 					delete(ports, sp.Name)
-					changed[sp.Name] = nil
 					continue
 				}
 			}
 			ports[sp.Name] = sp
-			changed[sp.Name] = nfttest.Build(t, sp)
 		}
+		changed := views.Build(false, names)
 		plan, next := rd.Render(nftables.Input{Ports: changed, Node: nfttest.Node}, applied)
 		if plan.Full {
 			t.Fatalf("step %d: partial render went full", step)
@@ -206,9 +203,10 @@ func TestEndpointChangeWritesOnlyElements(t *testing.T) {
 	}
 }
 
-// TestFrontendHandover: two Services list one externalIP; the first by
-// name owns it, the other is reported; when the owner goes, the other takes
-// it over in the same transaction.
+// TestFrontendHandover: two Services list one externalIP; the intent
+// builder gives it to the first by name and reports the other; when the
+// owner goes, the other's port is among the changed ones and the renderer
+// hands the element over in the same transaction.
 func TestFrontendHandover(t *testing.T) {
 	rd := nfttest.Renderer(t, nfttest.Config())
 	mk := func(name, cip string, ep string) *proxy.ServicePort {
@@ -218,16 +216,31 @@ func TestFrontendHandover(t *testing.T) {
 			ClusterEndpoints: []proxy.Endpoint{{IP: netip.MustParseAddr(ep), Port: 8080, Ready: true, Serving: true}}, HasAnyEndpoints: true}
 	}
 	a, b := mk("a", "10.96.0.1", "10.244.1.1"), mk("b", "10.96.0.2", "10.244.1.2")
-	f := nftmodel.NewFake(knftables.IPv4Family, nftables.TableName)
-	plan, applied := rd.Render(nftables.Input{Full: true, Node: nfttest.Node, Ports: map[proxy.ServicePortName]*intent.Port{a.Name: nfttest.Build(t, a), b.Name: nfttest.Build(t, b)}}, nil)
-	nfttest.Run(t, f, plan)
-	if len(plan.Problems) != 1 || plan.Problems[0].Service.Name != "b" || plan.Problems[0].Reason != "FrontendConflict" {
-		t.Errorf("problems %v, want one FrontendConflict for b", plan.Problems)
+	cfg := intent.Config{PodSources: true, NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.50.10")}}
+	bld := intent.NewBuilder(v1.IPv4Protocol)
+	view := bld.Build(intent.Input{Config: cfg, Changes: proxy.Changes{Full: true},
+		Ports: proxy.NewFamilyView(v1.IPv4Protocol, map[proxy.ServicePortName]*proxy.ServicePort{a.Name: a, b.Name: b})})
+	if pr := view.Problems(); len(pr) != 1 || pr[0].Service.Name != "b" || pr[0].Reason != "FrontendConflict" {
+		t.Errorf("problems %v, want one FrontendConflict for b", pr)
 	}
+	ports := map[proxy.ServicePortName]*intent.Port{}
+	for _, p := range view.Sorted() {
+		ports[p.Name] = p
+	}
+	f := nftmodel.NewFake(knftables.IPv4Family, nftables.TableName)
+	plan, applied := rd.Render(nftables.Input{Full: true, Node: nfttest.Node, Ports: ports}, nil)
+	nfttest.Run(t, f, plan)
 	if !strings.Contains(f.Dump(), "192.168.1.1 . 80 . 0 : 10.244.1.1 . 8080") {
 		t.Errorf("a does not own the externalIP:\n%s", f.Dump())
 	}
-	plan, _ = rd.Render(nftables.Input{Node: nfttest.Node, Ports: map[proxy.ServicePortName]*intent.Port{a.Name: nil}}, applied)
+	view = bld.Build(intent.Input{Config: cfg, Changes: proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{a.Name: {}}},
+		Ports: proxy.NewFamilyView(v1.IPv4Protocol, map[proxy.ServicePortName]*proxy.ServicePort{b.Name: b})})
+	changed := map[proxy.ServicePortName]*intent.Port{}
+	view.ChangedPorts(func(n proxy.ServicePortName, p *intent.Port) { changed[n] = p })
+	if _, ok := changed[b.Name]; !ok || len(changed) != 2 {
+		t.Fatalf("changed ports %v, want a (gone) and b (takes the externalIP over)", changed)
+	}
+	plan, _ = rd.Render(nftables.Input{Node: nfttest.Node, Ports: changed}, applied)
 	nfttest.Run(t, f, plan)
 	if !strings.Contains(f.Dump(), "192.168.1.1 . 80 . 0 : 10.244.1.2 . 8080") {
 		t.Errorf("b did not take the externalIP over:\n%s\n%s", plan.Tx, f.Dump())

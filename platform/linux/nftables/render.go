@@ -47,10 +47,6 @@ type setDef struct {
 	timeout int32
 }
 
-// feKey is a frontend's key in the dispatch maps: "frontends addr . proto
-// . port" or "nodeports proto . port".
-type feKey string
-
 // portOut is everything one service port contributes.
 type portOut struct {
 	// elems are its elements: dispatch verdicts, endpoint slots.
@@ -63,8 +59,6 @@ type portOut struct {
 	shared []chainDef
 	// hairpin lists this node's endpoint addresses it may DNAT to.
 	hairpin []netip.Addr
-	// problems lists what could not be rendered as asked.
-	problems []proxy.Unsupported
 }
 
 // renderer renders ports under one configuration and node.
@@ -106,10 +100,9 @@ type selection struct {
 	own bool
 }
 
-// port renders one service port. owned tells, for each of its frontends,
-// whether the port owns the frontend's key (another port may hold it).
-func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
-	out := &portOut{problems: slices.Clone(p.Problems), elems: make([]elem, 0, portElems(p))}
+// port renders one service port.
+func (r *renderer) port(p *intent.Port) *portOut {
+	out := &portOut{elems: make([]elem, 0, portElems(p))}
 	proto := ProtoName(p.Protocol)
 
 	// How each set is picked from, per frontend kind (ip: an address
@@ -156,13 +149,6 @@ func (r *renderer) port(p *intent.Port, owned func(feKey) bool) *portOut {
 			addr := fe.Addr.String()
 			m, key = MapFrontends, addr+" . "+proto+" . "+port
 			slotKey = addr + " . " + port
-		}
-		fk := feKey(m + " " + key)
-		if !owned(fk) {
-			out.problems = append(out.problems, proxy.Unsupported{Service: p.Name.NamespacedName, Port: p.Name.Port, Family: p.Family,
-				Reason:  "FrontendConflict",
-				Message: fmt.Sprintf("service port %s: %s is another Service's frontend too; that Service's rules are programmed for it", p.Name, fe)})
-			continue
 		}
 		// The endpoint slots each DNAT route of the frontend reads (once
 		// per set: several source classes may share one).

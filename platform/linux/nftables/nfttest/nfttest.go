@@ -114,6 +114,59 @@ func Build(t testing.TB, sp *proxy.ServicePort) *intent.Port {
 	return p
 }
 
+// Views builds the intent of a changing set of ports the way pkg/app
+// does, through one intent.Builder, so that frontend ownership and
+// handovers between ports are decided as in production.
+type Views struct {
+	b     *intent.Builder
+	Ports map[proxy.ServicePortName]*proxy.ServicePort
+}
+
+// NewViews returns Views over no ports.
+func NewViews() *Views {
+	return &Views{b: intent.NewBuilder(v1.IPv4Protocol), Ports: map[proxy.ServicePortName]*proxy.ServicePort{}}
+}
+
+// With returns v with ports as its ports (a copy of the map).
+func (v *Views) With(ports map[proxy.ServicePortName]*proxy.ServicePort) *Views {
+	for n, sp := range ports {
+		v.Ports[n] = sp
+	}
+	return v
+}
+
+// Build builds the View of v.Ports after the ports named in changed were
+// added, changed or removed (every port when full) and returns the intent
+// a render takes: every port of the View when full, else the changed ports
+// (nil for a port gone or left out).
+func (v *Views) Build(full bool, changed map[proxy.ServicePortName]struct{}) map[proxy.ServicePortName]*intent.Port {
+	conns := map[proxy.ServicePortName]map[netip.AddrPort]int{}
+	cc := map[proxy.ServicePortName]struct{}{}
+	for n, sp := range v.Ports {
+		if sp.Algorithm == proxy.AlgorithmLeastConnection && len(sp.ClusterEndpoints) > 0 {
+			conns[n] = map[netip.AddrPort]int{sp.ClusterEndpoints[0].AddrPort(): 3}
+			if _, ok := changed[n]; ok {
+				cc[n] = struct{}{}
+			}
+		}
+	}
+	view := v.b.Build(intent.Input{
+		Config:  intent.Config{PodSources: true, NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.50.10")}},
+		Ports:   proxy.NewFamilyView(v1.IPv4Protocol, v.Ports),
+		Changes: proxy.Changes{Full: full, Ports: changed},
+		Conns:   conns, ConnsChanged: cc,
+	})
+	out := map[proxy.ServicePortName]*intent.Port{}
+	if full {
+		for _, p := range view.Sorted() {
+			out[p.Name] = p
+		}
+		return out
+	}
+	view.ChangedPorts(func(n proxy.ServicePortName, p *intent.Port) { out[n] = p })
+	return out
+}
+
 // ownGen matches the generation that ends a port's own chain name.
 var ownGen = regexp.MustCompile(`(port-[a-z2-7]{8}-[^ ]*?-(?:eps-cluster|eps-local|route-cip|route-ext|route-np|fw-[a-z2-7]{8}))-[0-9]+`)
 
