@@ -12,6 +12,11 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/fakehns"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -52,7 +57,7 @@ const (
 
 // TestBehaviourTable evaluates the shared behaviour table (test/proxytest)
 // against the fake HNS: the table's objects go through the shared cache,
-// two Backends (IPv4 and IPv6) program a FakeHNS for node1 on an L2Bridge
+// two Backends (IPv4 and IPv6) program a fakehns.Fake for node1 on an L2Bridge
 // network, and a resolver answers each row from the load balancers HNS holds,
 // under the model in hnsResolver.
 func TestBehaviourTable(t *testing.T) {
@@ -72,11 +77,11 @@ func TestBehaviourTable(t *testing.T) {
 		}
 		snap := cache.Build(topo.ProxyNode, nodeObj, svcs, slices)
 
-		f := NewFakeHNS(hnsModern)
-		netID := f.AddNetwork(Network{Name: "cbr0", Type: NetworkTypeL2Bridge})
+		f := fakehns.New(wt.HNSModern)
+		netID := f.AddNetwork(hns.Network{Name: "cbr0", Type: hns.NetworkTypeL2Bridge})
 		for _, pod := range topo.PodsOn(topo.ProxyNode) { // the CNI's endpoints
-			f.AddEndpoint(Endpoint{HostComputeNetwork: netID, Name: pod.Name,
-				IPConfigurations: []IPConfig{{IPAddress: pod.IPv4.String()}, {IPAddress: pod.IPv6.String()}}})
+			f.AddEndpoint(hns.Endpoint{HostComputeNetwork: netID, Name: pod.Name,
+				IPConfigurations: []hns.IPConfig{{IPAddress: pod.IPv4.String()}, {IPAddress: pod.IPv6.String()}}})
 		}
 		for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 			b, err := New(Options{HNS: f, Family: fam, NetworkName: "cbr0",
@@ -146,19 +151,19 @@ func sortedStrings(s []string) []string {
 }
 
 // hnsResolver maps the rows of the table onto Resolve, over the load
-// balancers a FakeHNS holds (read back through LiveLoadBalancers, as
+// balancers a fakehns.Fake holds (read back through LiveLoadBalancers, as
 // `kproxy explain --live` does). A backend port other than the echo port
 // counts as dropped (nothing listens there).
 type hnsResolver struct {
 	topo *proxytest.Topology
-	lbs  map[v1.IPFamily][]*LBSpec
+	lbs  map[v1.IPFamily][]*plan.LBSpec
 }
 
-func newResolver(t *testing.T, f *FakeHNS, netID string, topo *proxytest.Topology) *hnsResolver {
+func newResolver(t *testing.T, f *fakehns.Fake, netID string, topo *proxytest.Topology) *hnsResolver {
 	t.Helper()
-	r := &hnsResolver{topo: topo, lbs: map[v1.IPFamily][]*LBSpec{}}
+	r := &hnsResolver{topo: topo, lbs: map[v1.IPFamily][]*plan.LBSpec{}}
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		lbs, problems := LiveLoadBalancers(fam, netID, f.Endpoints(), f.LoadBalancers())
+		lbs, problems := reconcile.LiveLoadBalancers(fam, netID, f.Endpoints(), f.LoadBalancers())
 		if len(problems) > 0 {
 			t.Fatalf("%s: load balancers not understood: %v", fam, problems)
 		}
@@ -177,16 +182,16 @@ func (r *hnsResolver) resolve(row proxytest.Row) ([]proxytest.Observation, []str
 		return nil, nil, err
 	}
 	node, _ := r.topo.Node(r.topo.ProxyNode)
-	origin := OriginRemote
+	origin := plan.OriginRemote
 	switch {
 	case from.Role == proxytest.RoleNode && from.Name == r.topo.ProxyNode:
-		origin = OriginNode
+		origin = plan.OriginNode
 	case from.Node == r.topo.ProxyNode:
-		origin = OriginPod
+		origin = plan.OriginPod
 	}
-	c := Conn{Protocol: protocolNumber(row.Protocol), Src: from.Addr(row.Family), Dst: dst, From: origin,
+	c := plan.Conn{Protocol: plan.ProtocolNumber(row.Protocol), Src: from.Addr(row.Family), Dst: dst, From: origin,
 		NodeAddrs: node.Addrs(row.Family)}
-	res := Resolve(r.lbs[row.Family], c)
+	res := plan.Resolve(r.lbs[row.Family], c)
 	obs := make([]proxytest.Observation, row.Attempts)
 	if res.LB == nil {
 		for i := range obs {
