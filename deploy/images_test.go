@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/hack/image"
+	"github.com/kproxy/kproxy/pkg/config"
 )
 
 // dockerfile is the part of a Dockerfile these tests look at.

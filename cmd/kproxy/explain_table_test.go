@@ -14,8 +14,8 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/platform/linux"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // tableOptions are kproxy's options for one configuration of the table, set

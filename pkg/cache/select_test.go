@@ -76,8 +76,18 @@ func TestEndpointSelection(t *testing.T) {
 			cluster: "10.0.2.1:80", local: "10.0.1.1:80(L)", hasAny: true,
 		},
 		{
+			// A port reachable from outside keeps its cluster endpoints
+			// even with internalTrafficPolicy Local: pods and the node
+			// short-circuit to them on its external frontends (upstream
+			// UsesClusterEndpoints; issue 27).
 			name:    "both traffic policies Local",
 			svcMods: []func(*v1.Service){nodePort(0, 30080), etpLocal, itpLocal},
+			eps:     []ep{"10.0.1.1@node1", "10.0.2.1@node2"},
+			cluster: "10.0.1.1:80(L) 10.0.2.1:80", local: "10.0.1.1:80(L)", hasAny: true,
+		},
+		{
+			name:    "internalTrafficPolicy Local without external frontends has no cluster endpoints",
+			svcMods: []func(*v1.Service){itpLocal},
 			eps:     []ep{"10.0.1.1@node1", "10.0.2.1@node2"},
 			cluster: "", local: "10.0.1.1:80(L)", hasAny: true,
 		},

@@ -10,6 +10,10 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
+// ReasonSourceHashTooManyEndpoints: a source-hash port has more endpoints
+// than the source-hash table has slots; it is balanced at random.
+const ReasonSourceHashTooManyEndpoints = "SourceHashTooManyEndpoints"
+
 // Config holds what the decisions depend on besides the service port: fixed
 // settings and the node's facts of one family.
 type Config struct {
@@ -97,6 +101,10 @@ func (b *builder) build(conns map[netip.AddrPort]int) *Port {
 	}
 	p.Cluster = b.endpoints("clusterEndpoints", sp.ClusterEndpoints)
 	p.Local = b.endpoints("localEndpoints", sp.LocalEndpoints)
+	if n := max(len(p.Cluster), len(p.Local)); p.Algorithm == proxy.AlgorithmSourceHash && n > proxy.MaxSourceHashEndpoints {
+		b.problem(ReasonSourceHashTooManyEndpoints, "algorithm",
+			"source-hash spreads over at most %d endpoints, %d here: using random", proxy.MaxSourceHashEndpoints, n)
+	}
 	if p.Algorithm == proxy.AlgorithmLeastConnection {
 		p.ClusterWeights = LeastConnectionWeights(p.Cluster, conns)
 		p.LocalWeights = LeastConnectionWeights(p.Local, conns)

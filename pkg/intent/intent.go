@@ -243,6 +243,16 @@ func (p *Port) Endpoints(s Set) []proxy.Endpoint {
 	return p.Cluster
 }
 
+// AlgorithmOf returns the algorithm that spreads set s: the port's, except
+// that a source-hash set of more endpoints than the source-hash table has
+// slots is spread at random (reported once among the port's Problems).
+func (p *Port) AlgorithmOf(s Set) proxy.Algorithm {
+	if p.Algorithm == proxy.AlgorithmSourceHash && len(p.Endpoints(s)) > proxy.MaxSourceHashEndpoints {
+		return proxy.AlgorithmRandom
+	}
+	return p.Algorithm
+}
+
 // Weights returns the weights of set s (nil: equal).
 func (p *Port) Weights(s Set) []float64 {
 	if s == Local {

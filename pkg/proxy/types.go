@@ -149,9 +149,13 @@ func (p *ServicePort) ExternallyAccessible() bool {
 }
 
 // UsesClusterEndpoints reports whether some traffic to this port uses
-// cluster-scoped endpoints.
+// cluster-scoped endpoints: the ClusterIP's with internalTrafficPolicy
+// Cluster, and every port reachable from outside, whatever its policies —
+// with externalTrafficPolicy Local, pods and the node itself reaching an
+// external frontend short-circuit to the cluster endpoints (upstream's
+// UsesClusterEndpoints has the same rule, for the same reason).
 func (p *ServicePort) UsesClusterEndpoints() bool {
-	return !p.InternalPolicyLocal || (p.ExternallyAccessible() && !p.ExternalPolicyLocal)
+	return !p.InternalPolicyLocal || p.ExternallyAccessible()
 }
 
 // UsesLocalEndpoints reports whether some traffic to this port uses node-local

@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/explain"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // explainLive runs `kproxy explain --live -o json` inside node1 with the

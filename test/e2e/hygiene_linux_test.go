@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestHostileManifestDirectory is the operator's report from issue 11: a

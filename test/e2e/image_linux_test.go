@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/kproxy/kproxy/hack/image/oci"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // ImageEnv names the OCI archive TestImage runs (make test-image sets it to

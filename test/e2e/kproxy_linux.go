@@ -13,9 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // KProxyPackage is the import path of the kproxy command.

@@ -10,8 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // Binaries built once per test run by TestMain (as root only; without root

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestRestartWithoutNodeKeepsNodePorts: with --nodeport-addresses primary,

@@ -11,8 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // foreignRules are rules someone else owns; kproxy must leave them alone.

@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kproxy/kproxy/deploy"
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // daemonSetManifest is the Linux DaemonSet, relative to this package.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestBehaviourTable runs every row of the shared behaviour table against

@@ -24,11 +24,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 var (
@@ -135,7 +135,7 @@ func BenchmarkCluster(b *testing.B) {
 				if bins.KubeProxy == "" {
 					b.Fatal("upstream kube-proxy is not built: run make controlplane")
 				}
-				if err := grantServiceCIDRs(ctx, ie); err != nil {
+				if err := ie.GrantServiceCIDRs(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -12,11 +12,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // Binaries built once per test binary by TestMain, as root with kernel tests

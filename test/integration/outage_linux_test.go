@@ -7,8 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // outage is how long TestAPIServerOutage keeps kube-apiserver down.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestPacketCounterMetrics: upstream's two iptables packet counters are

@@ -13,9 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/netns"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestRollback is the rollback of docs/install.md ("After kproxy is gone"):

@@ -15,8 +15,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // LAN is the host name of the namespace holding the node network's bridge.

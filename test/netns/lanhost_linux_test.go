@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // TestAddLANHost: a host added to the node network reaches node1 and the

@@ -13,8 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // echoBin is built once per test run by TestMain (as root only: without root

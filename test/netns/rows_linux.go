@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // RowOptions tune RunRows.

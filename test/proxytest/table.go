@@ -336,6 +336,44 @@ func (b *tableBuilder) build() {
 		on(Outside, TargetNodePort, answer(SourceNode, local, remote)),
 		on(Client1, TargetSecondaryNodePort, rejected(), unsupportedOn(Windows, reasonWindowsNodePortAddr)),
 	)
+	// internalTrafficPolicy and externalTrafficPolicy both Local: in-cluster
+	// clients of an external frontend still short-circuit to the cluster
+	// endpoints (a Service reachable from outside always has them), while
+	// the ClusterIP keeps to this node's endpoints.
+	b.addCase(25, "itp-etp-local-remote-only", def,
+		"internal and external traffic policies Local, the only endpoint on another node: pods and the node "+
+			"reaching an external frontend short-circuit to it; the ClusterIP and outside clients are dropped.",
+		opts(WithLoadBalancer(), WithExternalIPs(), WithExternalLocal(), WithInternalLocal()), Ready(remote),
+		on(Client1, TargetExternalIP, answer(SourceClient, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Client1, TargetLoadBalancerIP, answer(SourceClient, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Client1, TargetNodePort, answer(SourceClient, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Node1, TargetNodePort, answer(SourceAny, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Node1, TargetExternalIP, answer(SourceAny, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Client1, TargetClusterIP, dropped()),
+		on(Outside, TargetNodePort, dropped()),
+		on(Outside, TargetLoadBalancerIP, dropped()),
+	)
+	b.addCase(26, "itp-etp-local-terminating-local", def,
+		"internal and external traffic policies Local, a serving terminating endpoint here and a ready one "+
+			"elsewhere: in-cluster clients of an external frontend reach the ready one; the ClusterIP and "+
+			"outside clients fall back to the local terminating one.",
+		opts(WithNodePort(), WithExternalIPs(), WithExternalLocal(), WithInternalLocal()),
+		[]EP{{Pod: local, Terminating: true}, {Pod: remote}},
+		on(Client1, TargetExternalIP, answer(SourceClient, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Node1, TargetNodePort, answer(SourceAny, remote), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Client1, TargetClusterIP, answer(SourceClient, local)),
+		on(Outside, TargetNodePort, answer(SourceClient, local)),
+		on(Outside, TargetExternalIP, answer(SourceClient, local)),
+	)
+	b.addCase(27, "itp-etp-local-both", def,
+		"internal and external traffic policies Local, ready endpoints here and elsewhere: in-cluster clients "+
+			"of an external frontend reach every endpoint; the ClusterIP and outside clients only this node's.",
+		opts(WithNodePort(), WithExternalIPs(), WithExternalLocal(), WithInternalLocal()), Ready(local, remote),
+		on(Client1, TargetExternalIP, answer(SourceClient, local, remote), attempts(8), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Node1, TargetNodePort, answer(SourceAny, local, remote), attempts(8), unsupportedOn(Windows, reasonWindowsNoShortCircuit)),
+		on(Client1, TargetClusterIP, answer(SourceClient, local), attempts(8)),
+		on(Outside, TargetNodePort, answer(SourceClient, local), attempts(8)),
+	)
 	b.addCase(24, "lb-ipmode-proxy", def,
 		"LoadBalancer ingress IPs with ipMode Proxy are not captured by the node (the load balancer "+
 			"proxies to the node's own address); their NodePort still works.",

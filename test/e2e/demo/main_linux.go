@@ -26,10 +26,10 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kproxy/kproxy/test/proxytest"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/netns/echo"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 func main() {
