@@ -157,12 +157,21 @@ netns-shell:
 # and run under Wine through the generic `go test -exec` wrapper
 # hack/wine/exec.sh. setup.sh installs wine64 and the MinGW-w64
 # binutils with apt-get when missing and prepares the Wine prefix in
-# .build/wine (with the bcryptprimitives.dll forwarder Go needs).
+# .build/wine (with the bcryptprimitives.dll forwarder Go needs). Then the
+# winkernel oracle (test/winkernel, its own module): refresh.sh copies
+# upstream's winkernel package (k8s.io/kubernetes v1.37.2) from the module
+# cache beside the oracle test, which feeds the same Services and
+# EndpointSlices to upstream's proxier and to kproxy's Windows backend and
+# compares their HNS objects (docs/compatibility.md lists the intended
+# differences); its kproxy half also runs natively.
 .PHONY: test-windows
 
 test-windows:
 	./hack/wine/setup.sh
 	GOOS=windows $(GO) test -count=1 -exec "$(CURDIR)/hack/wine/exec.sh" ./platform/windows/... ./cmd/kproxy/...
+	./test/winkernel/refresh.sh
+	cd test/winkernel && GOWORK=off $(GO) test -count=1 ./compare/
+	cd test/winkernel && GOWORK=off GOOS=windows $(GO) test -count=1 -timeout 20m -exec "$(CURDIR)/hack/wine/exec.sh" -run '^TestKproxyOracle' ./upstream/
 
 # controlplane: etcd, kube-apiserver, kube-proxy and kubectl built from Go
 # modules into .build/controlplane/<versions>/ (many minutes cold; seconds
