@@ -282,6 +282,10 @@ const (
 	// ReasonNoSourceVIP: the overlay network has no source VIP; nothing is
 	// programmed for the Service until one is found.
 	ReasonNoSourceVIP = "NoSourceVIP"
+	// ReasonRejectUnsupported: the intent rejects (no endpoint anywhere);
+	// HNS has no reject, so the Service's frontends get no load balancer
+	// and their connections are dropped.
+	ReasonRejectUnsupported = "RejectUnsupported"
 )
 
 // Warning says that HNS cannot do something a Service asks for, or that a

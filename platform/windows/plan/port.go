@@ -294,6 +294,13 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 			lbFrontends = append(lbFrontends, &p.Frontends[i])
 		}
 	}
+	for _, fe := range p.Frontends {
+		if rejects(&fe) {
+			b.warn(ReasonRejectUnsupported,
+				"port %q has no usable endpoint: HNS cannot reject, so connections to it are dropped (no load balancer), not refused", sp.Name.Port)
+			break
+		}
+	}
 	if len(lbFrontends) > 0 && len(lbFrontends[0].SourceRanges) > 0 {
 		b.warn(ReasonSourceRangesIgnored,
 			"loadBalancerSourceRanges cannot be enforced by HNS load balancers: the LoadBalancer IPs accept traffic from every source")
@@ -474,4 +481,14 @@ func (b *portPlanner) healthCheck(p *intent.Port, ip netip.Addr, famFlag hns.Loa
 		Flags: famFlag, Endpoints: []netip.Addr{f.RootEndpointIP},
 	}
 	b.res.health = append(b.res.health, lb.Finish())
+}
+
+// rejects reports whether some class of client gets REJECT at fe.
+func rejects(fe *intent.Frontend) bool {
+	for _, src := range intent.Sources {
+		if fe.Route(src).Verdict == intent.Reject {
+			return true
+		}
+	}
+	return false
 }
