@@ -138,4 +138,3 @@ func TestHostLocalReservation(t *testing.T) {
 		t.Fatal("Reserve in a full subnet must fail")
 	}
 }
-
