@@ -158,10 +158,10 @@ type Backend struct {
 	// Windows build and HNS version (learned echoes are per build).
 	caps  *hns.Capabilities
 	build string
-	// network is nil until the network was found; netName is its name
-	// (Options.NetworkName, else the one found).
+	// network is nil until the network was found (by r).
 	network *hns.Network
-	netName string
+	// r reads HNS (observe.go).
+	r reader
 	// rec is what HNS holds, as far as kproxy knows (nil until listed).
 	rec *reconcile.Record
 	// plan is the last sync's plan (the next one reuses its unchanged ports).
@@ -190,11 +190,10 @@ type Backend struct {
 	// sourceVIP is the source VIP found on an overlay network when none is
 	// configured (invalid until found).
 	sourceVIP netip.Addr
-	// idleLogged, cniLogged: said once.
-	idleLogged, cniLogged bool
-	// echoesLoaded: EchoFile was read; echoesSaved is what was last written.
-	echoesLoaded bool
-	echoesSaved  string
+	// idleLogged: said once.
+	idleLogged bool
+	// echoes keeps the learned echoes across restarts (echoes.go).
+	echoes echoStore
 }
 
 var (
@@ -255,18 +254,20 @@ func New(opts Options) (*Backend, error) {
 	b := &Backend{
 		opts:         opts,
 		log:          log,
-		netName:      opts.NetworkName,
 		clock:        opts.Clock,
 		needList:     true,
 		missingLocal: make(map[netip.Addr]bool),
 		q:            quarantine{family: opts.Family, log: log},
 	}
+	b.r = reader{opts: &b.opts, log: log, netName: opts.NetworkName}
+	b.echoes = echoStore{file: opts.EchoFile, log: log}
 	if opts.HNS != nil {
 		h := opts.HNS
 		if opts.CallTimeout > 0 {
 			h = hns.WithTimeout(h, opts.CallTimeout, log)
 		}
 		b.hns = hns.Instrument(h, opts.Metrics, opts.Clock)
+		b.r.hns = b.hns
 	}
 	return b, nil
 }
@@ -293,7 +294,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	}
 	if check && !list {
 		b.lastCheck = now
-		gone, err := b.checkRecord()
+		gone, err := b.r.checkRecord(b.rec.State, b.network.Name)
 		if err != nil {
 			b.needList = true
 			return err

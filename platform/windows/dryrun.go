@@ -68,7 +68,7 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 			return fmt.Errorf("dry run: asking HNS for its version: %w", err)
 		}
 		version = v
-		o, err := b.read()
+		o, err := b.r.read()
 		if err != nil {
 			return fmt.Errorf("dry run: %w", err)
 		}

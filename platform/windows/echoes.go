@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"k8s.io/klog/v2"
+
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
@@ -39,18 +41,26 @@ var fieldByName = func() map[string]hns.Fields {
 	return m
 }()
 
-// loadEchoes sets the record's learned echoes for this build: those of the
-// file when it was written on the same build, else none. b.mu is held.
-func (b *Backend) loadEchoes() {
-	e := &b.rec.Echo
-	if e.Build != b.build {
-		e.Build, e.Learned = b.build, nil
+// echoStore keeps the learned echoes in a file (Options.EchoFile).
+type echoStore struct {
+	file string // "" keeps them in memory only
+	log  klog.Logger
+	// loaded: the file was read; saved is what was last written (or read).
+	loaded bool
+	saved  string
+}
+
+// load sets e's learned echoes for build: those of the file when it was
+// written on the same build, else none.
+func (s *echoStore) load(e *reconcile.Echoes, build string) {
+	if e.Build != build {
+		e.Build, e.Learned = build, nil
 	}
-	if b.echoesLoaded || b.opts.EchoFile == "" {
+	if s.loaded || s.file == "" {
 		return
 	}
-	b.echoesLoaded = true
-	data, err := os.ReadFile(b.opts.EchoFile)
+	s.loaded = true
+	data, err := os.ReadFile(s.file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return
 	}
@@ -59,13 +69,13 @@ func (b *Backend) loadEchoes() {
 		err = json.Unmarshal(data, &f)
 	}
 	if err != nil {
-		b.log.Info("Cannot read the learned HNS echoes; learning them again", "file", b.opts.EchoFile, "err", err)
+		s.log.Info("Cannot read the learned HNS echoes; learning them again", "file", s.file, "err", err)
 		return
 	}
-	b.echoesSaved = string(data)
-	if f.Build != b.build {
-		b.log.Info("Learned HNS echoes are of another Windows build; learning them again", "file", b.opts.EchoFile,
-			"fileBuild", f.Build, "build", b.build)
+	s.saved = string(data)
+	if f.Build != build {
+		s.log.Info("Learned HNS echoes are of another Windows build; learning them again", "file", s.file,
+			"fileBuild", f.Build, "build", build)
 		return
 	}
 	for _, x := range f.Learned {
@@ -79,17 +89,16 @@ func (b *Backend) loadEchoes() {
 		e.Learned[reconcile.EchoKey{Field: field, Sent: x.Sent}] = x.Read
 	}
 	if len(e.Learned) > 0 {
-		b.log.Info("Learned HNS echoes loaded", "file", b.opts.EchoFile, "build", b.build, "echoes", len(e.Learned))
+		s.log.Info("Learned HNS echoes loaded", "file", s.file, "build", build, "echoes", len(e.Learned))
 	}
 }
 
-// saveEchoes writes the learned echoes when they changed. A failure is
-// logged: the echoes are then learned again after a restart. b.mu is held.
-func (b *Backend) saveEchoes() {
-	if b.opts.EchoFile == "" || b.rec == nil {
+// save writes the learned echoes when they changed. A failure is logged:
+// the echoes are then learned again after a restart.
+func (s *echoStore) save(e reconcile.Echoes) {
+	if s.file == "" {
 		return
 	}
-	e := b.rec.Echo
 	f := echoFile{Build: e.Build, Learned: []echoEntry{}}
 	for k, v := range e.Learned {
 		f.Learned = append(f.Learned, echoEntry{Field: k.Field.String(), Sent: k.Sent, Read: v})
@@ -101,18 +110,18 @@ func (b *Backend) saveEchoes() {
 		}
 		return a.Sent < c.Sent
 	})
-	if len(f.Learned) == 0 && b.echoesSaved == "" {
+	if len(f.Learned) == 0 && s.saved == "" {
 		return
 	}
 	data, err := json.MarshalIndent(f, "", "  ")
-	if err != nil || string(data) == b.echoesSaved {
+	if err != nil || string(data) == s.saved {
 		return
 	}
-	if err := writeFileAtomic(b.opts.EchoFile, data); err != nil {
-		b.log.Error(err, "Cannot keep the learned HNS echoes; they are learned again after a restart", "file", b.opts.EchoFile)
+	if err := writeFileAtomic(s.file, data); err != nil {
+		s.log.Error(err, "Cannot keep the learned HNS echoes; they are learned again after a restart", "file", s.file)
 		return
 	}
-	b.echoesSaved = string(data)
+	s.saved = string(data)
 }
 
 func writeFileAtomic(path string, data []byte) error {

@@ -53,7 +53,7 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 			return nil, fmt.Errorf("asking HNS for its version: %w", err)
 		}
 		version = v
-		if obs, err = b.read(); err != nil {
+		if obs, err = b.r.read(); err != nil {
 			return nil, err
 		}
 		network, ifaces = obs.network, obs.ifaces

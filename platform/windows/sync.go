@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,45 +32,6 @@ import (
 //
 // Nothing is recorded before the calls that made it true succeeded, and
 // warnings are published after apply.
-
-// checkRecord lists the load balancers and the network's endpoints and
-// reports the first recorded object HNS no longer has ("" when none). It
-// compares IDs only (without regard to case).
-func (b *Backend) checkRecord() (string, error) {
-	rec := b.rec.State
-	lbs, err := b.hns.ListLoadBalancers()
-	if err != nil {
-		return "", fmt.Errorf("checking HNS load balancers: %w", err)
-	}
-	ids := make(map[string]bool, len(lbs))
-	for i := range lbs {
-		ids[strings.ToLower(lbs[i].ID)] = true
-	}
-	for _, slot := range reconcile.SortedSlots(rec.LoadBalancers) {
-		if lb := rec.LoadBalancers[slot]; !ids[strings.ToLower(lb.ID)] {
-			return "load balancer " + slot + " (" + lb.ID + ")", nil
-		}
-	}
-	// HNS lists no endpoint for a network that is gone (no error): every
-	// recorded endpoint is then missing.
-	eps, err := b.hns.ListEndpoints(rec.NetworkID)
-	if hns.IsNotFound(err) {
-		return "network " + rec.NetworkID, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("checking endpoints of HNS network %q: %w", b.network.Name, err)
-	}
-	clear(ids)
-	for i := range eps {
-		ids[strings.ToLower(eps[i].ID)] = true
-	}
-	for _, ip := range sortedAddrs(rec.Endpoints) {
-		if ep := rec.Endpoints[ip]; !ids[ep.ID] {
-			return "endpoint " + ip.String() + " (" + ep.ID + ")", nil
-		}
-	}
-	return "", nil
-}
 
 func sortedAddrs(m map[netip.Addr]*reconcile.ObservedEndpoint) []netip.Addr {
 	out := make([]netip.Addr, 0, len(m))
@@ -116,10 +76,11 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bo
 		// provider address of the remote endpoints that depend on it: read
 		// the network at each check, and at every sync while some remote
 		// endpoint has none but this node's.
-		recreated, err := b.readRoutes()
+		n, recreated, err := b.r.readRoutes(b.network)
 		if err != nil {
 			return err
 		}
+		b.network = n
 		if recreated {
 			if fresh, err = b.list(start); err != nil {
 				return err
@@ -129,7 +90,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bo
 	}
 	if b.network.IsOverlay() && !b.opts.SourceVIP.IsValid() && !b.sourceVIP.IsValid() {
 		st := b.recordState(fresh)
-		ip, from, err := FindSourceVIP(&b.opts, b.ipamStore(), st, snap.Node.PodCIDRs)
+		ip, from, err := FindSourceVIP(&b.opts, b.r.ipamStore(b.network.Name), st, snap.Node.PodCIDRs)
 		if err != nil {
 			b.withoutSourceVIP(snap, err)
 			return nil
@@ -153,10 +114,11 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bo
 			// A remote address outside every known subnet: a new node's
 			// subnet may have been added since the listing.
 			routesRead = true
-			recreated, err := b.readRoutes()
+			n, recreated, err := b.r.readRoutes(b.network)
 			if err != nil {
 				return err
 			}
+			b.network = n
 			if recreated {
 				if fresh, err = b.list(start); err != nil {
 					return err
@@ -179,7 +141,7 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bo
 		r := reconcile.Reconcile(held, base.State, modify)
 		if fresh == nil && b.recheckMissing(r.MissingLocal) {
 			// A local endpoint the CNI may have created since the last listing.
-			nb, err := b.refreshEndpoints(base)
+			nb, err := b.r.refreshEndpoints(base, b.network.Name)
 			if err != nil {
 				return err
 			}
@@ -242,7 +204,7 @@ func (b *Backend) commit(next *reconcile.Record, p *plan.Plan, f *plan.Facts) {
 			}
 		}
 	}
-	b.saveEchoes()
+	b.echoes.save(b.rec.Echo)
 }
 
 func (b *Backend) logLearned(f hns.Fields, from string) {
@@ -288,7 +250,7 @@ func (b *Backend) list(start time.Time) (*listing, error) {
 			b.log.Info("DSR is enabled but this HNS does not support it; load balancers are programmed without DSR", "version", v.String())
 		}
 	}
-	o, err := b.read()
+	o, err := b.r.read()
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +270,7 @@ func (b *Backend) list(start time.Time) (*listing, error) {
 		}
 		b.rec = rec
 	}
-	b.loadEchoes()
+	b.echoes.load(&b.rec.Echo, b.build)
 	b.network, b.ifaces = n, o.ifaces
 	b.lastList = start
 	b.lastRecheck, b.lastCheck = start, start
@@ -325,61 +287,6 @@ type observed struct {
 	ifaces  []HostInterface
 	// evidence are the fields the listing shows HNS returns (echo).
 	evidence hns.Fields
-}
-
-// read lists the network, its endpoints and the load balancers, without
-// changing the record.
-func (b *Backend) read() (*observed, error) {
-	if b.netName == "" {
-		name, why, err := b.findNetwork()
-		if err != nil {
-			return nil, err
-		}
-		b.log.Info("HNS network found", "network", name, "why", why)
-		b.netName = name
-	}
-	n, err := b.hns.GetNetwork(b.netName)
-	if err != nil {
-		if hns.IsNotFound(err) {
-			return nil, fmt.Errorf("waiting for HNS network %q (created by the CNI): %w", b.netName, err)
-		}
-		return nil, fmt.Errorf("getting HNS network %q: %w", b.netName, err)
-	}
-	eps, err := b.hns.ListEndpoints(n.ID)
-	if err != nil {
-		return nil, fmt.Errorf("listing endpoints of HNS network %q: %w", n.Name, err)
-	}
-	lbs, err := b.hns.ListLoadBalancers()
-	if err != nil {
-		return nil, fmt.Errorf("listing HNS load balancers: %w", err)
-	}
-	o := &observed{network: n, state: reconcile.Observe(b.opts.Family, n.ID, eps, lbs), evidence: reconcile.Evidence(eps, lbs)}
-	if ifaces, err := b.opts.Interfaces(); err == nil {
-		o.ifaces = ifaces
-	} else {
-		b.log.V(2).Info("Cannot list host interfaces; node IP and MAC from the Node object only", "err", err)
-	}
-	return o, nil
-}
-
-// readRoutes reads the network again for its remote subnet routes. It
-// reports a network recreated under the same name (the caller lists HNS).
-func (b *Backend) readRoutes() (recreated bool, err error) {
-	n, err := b.hns.GetNetwork(b.network.Name)
-	if err != nil {
-		return false, fmt.Errorf("reading HNS network %q for its remote subnets: %w", b.network.Name, err)
-	}
-	if !strings.EqualFold(n.ID, b.network.ID) {
-		return true, nil
-	}
-	if !slices.Equal(n.RemoteSubnets, b.network.RemoteSubnets) {
-		b.log.V(2).Info("Remote subnets changed; provider addresses that depend on them follow", "family", b.opts.Family,
-			"network", n.Name, "subnets", len(n.RemoteSubnets))
-		c := *b.network
-		c.RemoteSubnets = n.RemoteSubnets
-		b.network = &c
-	}
-	return false, nil
 }
 
 // needsRoutes reports whether the plan has a remote endpoint that is not in
@@ -407,17 +314,6 @@ func (b *Backend) needsRoutes(p *plan.Plan, f *plan.Facts) bool {
 // ErrNoNetwork is returned (wrapped) when no network name is configured and
 // the host has no single L2Bridge or Overlay network to use.
 var ErrNoNetwork = errors.New("no HNS network to use")
-
-// findNetwork returns the name of the network to use when none is
-// configured, and why: the one the node's CNI configuration names, else the
-// host's only L2Bridge or Overlay network.
-func (b *Backend) findNetwork() (string, string, error) {
-	ns, err := b.hns.ListNetworks()
-	if err != nil {
-		return "", "", fmt.Errorf("listing HNS networks to find the one to use: %w", err)
-	}
-	return pickNetwork(ns, b.cniConfig())
-}
 
 // FindNetwork returns the name of the HNS network kproxy uses when none is
 // configured (the one the CNI configuration cfg names when HNS has it,
@@ -462,41 +358,6 @@ func pickNetwork(ns []hns.Network, cfg *CNIConfig) (string, string, error) {
 	}
 	return "", "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s)%s and %d L2Bridge or Overlay networks on the host: set one of %s (networks: %s)",
 		ErrNoNetwork, EnvNetworkName, cni, len(usable), strings.Join(usable, ", "), found)
-}
-
-// cniConfig reads the node's CNI configuration (nil when there is none or
-// it cannot be read; said once in the log).
-func (b *Backend) cniConfig() *CNIConfig {
-	if b.opts.CNIConfig == nil {
-		return nil
-	}
-	cfg, err := b.opts.CNIConfig()
-	if err != nil {
-		if !b.cniLogged {
-			b.cniLogged = true
-			b.log.V(1).Info("No CNI configuration read", "err", err)
-		}
-		return nil
-	}
-	return cfg
-}
-
-// ipamStore is host-local's store for the source VIP (see IPAMStore).
-func (b *Backend) ipamStore() string {
-	store, why := IPAMStore(b.cniConfig(), b.opts.IPAMDataDir, b.network.Name)
-	b.log.V(2).Info("IPAM store for the source VIP", "store", store, "why", why)
-	return store
-}
-
-// refreshEndpoints lists the network's endpoints and returns last with
-// those it lacks added (local endpoints created by the CNI since the last
-// listing).
-func (b *Backend) refreshEndpoints(last *reconcile.Record) (*reconcile.Record, error) {
-	eps, err := b.hns.ListEndpoints(last.State.NetworkID)
-	if err != nil {
-		return nil, fmt.Errorf("listing endpoints of HNS network %q: %w", b.network.Name, err)
-	}
-	return reconcile.AddEndpoints(last, reconcile.Observe(b.opts.Family, last.State.NetworkID, eps, nil), reconcile.Evidence(eps, nil)), nil
 }
 
 // missingRecheck is how often, at most, a sync lists the endpoints again
