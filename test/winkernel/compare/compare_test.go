@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,34 @@ func TestDifferencesDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+d.ID+"`") {
 			t.Errorf("docs/compatibility.md does not list the intended difference `%s`", d.ID)
 		}
+	}
+}
+
+// The oracle's upstream is the Kubernetes release the rest of the tests
+// build (test/controlplane): a bump there must come here too (go.mod, then
+// refresh.sh copies the new version's package).
+func TestKubernetesVersionMatchesControlPlane(t *testing.T) {
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := os.ReadFile("../../controlplane/versions.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func(text, re string) string {
+		m := regexp.MustCompile(re).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no %s", re)
+		}
+		return m[1]
+	}
+	k8s := find(string(mod), `(?m)^\s*k8s\.io/kubernetes (v\S+)`)
+	staging := find(string(mod), `(?m)^\s*k8s\.io/api => k8s\.io/api (v\S+)`)
+	if want := find(string(versions), `KubernetesVersion = "(v[^"]+)"`); k8s != want {
+		t.Errorf("go.mod requires k8s.io/kubernetes %s, test/controlplane builds %s", k8s, want)
+	}
+	if want := find(string(versions), `StagingVersion = "(v[^"]+)"`); staging != want {
+		t.Errorf("go.mod pins the staging modules to %s, test/controlplane to %s", staging, want)
 	}
 }
