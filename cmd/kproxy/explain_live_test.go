@@ -18,6 +18,8 @@ import (
 	"github.com/kproxy/kproxy/platform/linux"
 	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/fakehns"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
 func examplesSnapshot(t *testing.T, mode string) (*config.Options, *proxy.Snapshot) {
@@ -135,11 +137,11 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 // connection is then not handled.
 func TestExplainLiveHNS(t *testing.T) {
 	o, snap := examplesSnapshot(t, "kernelspace")
-	f := windows.NewFakeHNS(windows.Version{Major: 15, Minor: 5})
-	netID := f.AddNetwork(windows.Network{Name: "cbr0", Type: windows.NetworkTypeL2Bridge})
-	f.AddEndpoint(windows.Endpoint{HostComputeNetwork: netID, Name: "web-1", IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.1.10"}}})
+	f := fakehns.New(hns.Version{Major: 15, Minor: 5})
+	netID := f.AddNetwork(hns.Network{Name: "cbr0", Type: hns.NetworkTypeL2Bridge})
+	f.AddEndpoint(hns.Endpoint{HostComputeNetwork: netID, Name: "web-1", IPConfigurations: []hns.IPConfig{{IPAddress: "10.244.1.10"}}})
 	for name, ip := range map[string]string{"ingress-1": "10.244.1.20", "draining-1": "10.244.1.30", "api-1": "10.244.1.40"} {
-		f.AddEndpoint(windows.Endpoint{HostComputeNetwork: netID, Name: name, IPConfigurations: []windows.IPConfig{{IPAddress: ip}}})
+		f.AddEndpoint(hns.Endpoint{HostComputeNetwork: netID, Name: name, IPConfigurations: []hns.IPConfig{{IPAddress: ip}}})
 	}
 	o.Config.Winkernel.NetworkName = "cbr0"
 	opts := hnsOptions(o, v1.IPv4Protocol, f, app.Env{})

@@ -14,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
 // newTracer builds a mode's explain tracer for one family, planned or live,
@@ -61,21 +62,20 @@ func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot
 }
 
 func kernelspaceTracer(_ context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
-	var hns windows.HNS
+	var h hns.HNS
 	if live {
-		h, err := windows.NewHNS()
-		if err != nil {
+		var err error
+		if h, err = hns.NewHNS(); err != nil {
 			return nil, nil, fmt.Errorf("--live needs HNS (a Windows node): %w", err)
 		}
-		hns = h
 	}
-	return hnsTracer(o, snap, fam, hns, live)
+	return hnsTracer(o, snap, fam, h, live)
 }
 
 // hnsTracer is kernelspaceTracer with the HNS given (nil for planned without
-// HNS; a FakeHNS in tests).
-func hnsTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, hns windows.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
-	opts := hnsOptions(o, fam, hns, app.Env{})
+// HNS; a fake HNS in tests).
+func hnsTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
+	opts := hnsOptions(o, fam, h, app.Env{})
 	if opts.NetworkName == "" {
 		opts.NetworkName = "dry-run"
 	}

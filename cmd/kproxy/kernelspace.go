@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"path/filepath"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -9,17 +11,60 @@ import (
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
+// Environment variables of the HNS backend on a node (docs/windows.md).
+const (
+	// envIPAMDataDir overrides the host-local IPAM data directory in which
+	// the source VIP is reserved (default: the CNI configuration's, else
+	// windows.DefaultIPAMDataDir).
+	envIPAMDataDir = "KPROXY_IPAM_DATA_DIR"
+	// envStateDir is where kproxy keeps what it learned on the node (the
+	// HNS echoes), default defaultStateDir.
+	envStateDir = "KPROXY_STATE_DIR"
+)
+
+// defaultStateDir is kproxy's state directory on a Windows node (on the
+// system drive).
+const defaultStateDir = `C:\var\lib\kproxy`
+
+// hostHNSOptions sets the options that come from the node (its CNI
+// configuration, its Windows build, kproxy's state directory) for a backend
+// that programs the host's HNS.
+func hostHNSOptions(opts *windows.Options, getenv func(string) string) {
+	opts.CNIConfig = cniConfigReader(getenv)
+	opts.IPAMDataDir = getenv(envIPAMDataDir)
+	// Overlay networks without a configured source VIP: reserved in the
+	// CNI host-local store (docs/windows.md).
+	opts.ReserveSourceVIP = windows.ReserveInIPAMStore()
+	dir := getenv(envStateDir)
+	if dir == "" {
+		dir = defaultStateDir
+	}
+	opts.EchoFile = filepath.Join(dir, "hns-echoes-"+strings.ToLower(string(opts.Family))+".json")
+	opts.WindowsBuild = windowsBuild()
+}
+
+// cniConfigReader reads the node's CNI configuration from
+// $KPROXY_CNI_CONF_DIR (a list, like PATH), else windows.DefaultCNIConfDirs.
+func cniConfigReader(getenv func(string) string) func() (*windows.CNIConfig, error) {
+	dirs := windows.DefaultCNIConfDirs
+	if v := getenv(windows.EnvCNIConfDir); v != "" {
+		dirs = filepath.SplitList(v)
+	}
+	return func() (*windows.CNIConfig, error) { return windows.ReadCNIConfig(dirs) }
+}
+
 // kproxy's metrics receive the HNS backend's measurements.
-var _ windows.Metrics = (*metrics.Metrics)(nil)
+var _ hns.Metrics = (*metrics.Metrics)(nil)
 
 // hnsOptions maps kproxy's configuration onto the HNS backend's for one IP
 // family. hns is nil for a dry run.
-func hnsOptions(o *config.Options, family v1.IPFamily, hns windows.HNS, env app.Env) windows.Options {
+func hnsOptions(o *config.Options, family v1.IPFamily, h hns.HNS, env app.Env) windows.Options {
 	w := o.Winkernel()
 	opts := windows.Options{
-		HNS:                   hns,
+		HNS:                   h,
 		Family:                family,
 		NetworkName:           w.NetworkName,
 		SourceVIP:             w.SourceVIP,
@@ -61,10 +106,10 @@ func kernelspaceDryRun(o *config.Options) (app.Backends, error) {
 // unreachable or restarting is "unavailable", any other HNS call error
 // "rejected"; other errors are left to metrics.Classify.
 func classifyHNSError(err error) metrics.Cause {
-	if windows.IsTransient(err) {
+	if hns.IsTransient(err) {
 		return metrics.CauseUnavailable
 	}
-	var e *windows.Error
+	var e *hns.Error
 	if errors.As(err, &e) {
 		return metrics.CauseRejected
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
 func addPlatformModes(m app.Modes) {
@@ -25,16 +26,14 @@ func addPlatformModes(m app.Modes) {
 // newHNSBackend starts one HNS backend per IP family; each only touches load
 // balancers and endpoints of its family.
 func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Backends, error) {
-	hns, err := windows.NewHNS()
+	h, err := hns.NewHNS()
 	if err != nil {
 		return nil, fmt.Errorf("HNS: %w", err)
 	}
 	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		opts := hnsOptions(o, fam, hns, env)
-		// Overlay networks without a configured source VIP: reserved in the
-		// CNI host-local store (docs/windows.md).
-		opts.ReserveSourceVIP = windows.ReserveInIPAMStore(os.Getenv(envIPAMDataDir))
+		opts := hnsOptions(o, fam, h, env)
+		hostHNSOptions(&opts, os.Getenv)
 		b, err := windows.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
@@ -47,13 +46,15 @@ func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Bac
 
 // cleanupHNS removes the load balancers and remote endpoints kproxy created.
 func cleanupHNS(ctx context.Context, o *config.Options) error {
-	hns, err := windows.NewHNS()
+	h, err := hns.NewHNS()
 	if err != nil {
 		return fmt.Errorf("HNS: %w", err)
 	}
 	var errs []error
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		b, err := windows.New(hnsOptions(o, fam, hns, app.Env{}))
+		opts := hnsOptions(o, fam, h, app.Env{})
+		opts.CNIConfig = cniConfigReader(os.Getenv) // the network the CNI names
+		b, err := windows.New(opts)
 		if err == nil {
 			err = b.Cleanup(ctx)
 		}
