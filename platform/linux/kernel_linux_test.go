@@ -21,8 +21,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -122,7 +124,7 @@ func systemBackend(t testing.TB, fam v1.IPFamily, flavour Flavour, mutate func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.RandomFully = HasRandomFully(sys.Iptables)
 	cfg.ClusterCIDRs = proxytest.Default().ClusterCIDRs()
 	opts := Options{Rules: cfg, Iptables: sys.Iptables, NFTables: sys.NFTables, Conntrack: sys.Conntrack, Host: sys.Host}
@@ -144,7 +146,7 @@ func saveOf(t testing.TB, ipt Iptables, tables ...string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := ruleset.Parse(s)
+		rs, err := iptmodel.Parse(s)
 		if err != nil {
 			t.Fatalf("parsing iptables-save -t %s: %v\n%s", tbl, err, s)
 		}
@@ -172,7 +174,7 @@ func TestKernelRoundTrip(t *testing.T) {
 			// Interface-based local detection renders "-i" matches.
 			t.Run(fmt.Sprintf("%s/%s/detect-local=InterfaceNamePrefix", f, fam), func(t *testing.T) {
 				roundTrip(t, snap, fam, f, func(o *Options) {
-					o.Rules.LocalDetect, o.Rules.LocalInterface = rules.LocalInterfaceNamePrefix, "veth"
+					o.Rules.LocalDetect, o.Rules.LocalInterface = facts.LocalInterfaceNamePrefix, "veth"
 				})
 			})
 		}
@@ -223,7 +225,7 @@ func ownedLines(save []byte) string {
 	byChain := map[string][]string{}
 	var chains []string
 	for _, l := range strings.Split(string(save), "\n") {
-		if !strings.HasPrefix(l, "-A ") || !strings.Contains(l, rules.Prefix) {
+		if !strings.HasPrefix(l, "-A ") || !strings.Contains(l, iptables.Prefix) {
 			continue
 		}
 		c := strings.Fields(l)[1]
@@ -520,7 +522,7 @@ func TestKernelConntrack(t *testing.T) {
 				t.Fatalf("creating flow %d: %v", i, err)
 			}
 		}
-		m := rules.NewConntrackMatcher([]rules.ConntrackFilter{{
+		m := conntrack.NewMatcher([]conntrack.Filter{{
 			Protocol: v1.ProtocolUDP, OrigDst: netip.MustParseAddrPort("10.96.0.1:53"),
 			Keep: []netip.AddrPort{netip.MustParseAddrPort("10.244.2.11:53")},
 		}})

@@ -10,7 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -44,7 +44,7 @@ func TestLeastConnectionRefresh(t *testing.T) {
 	}
 
 	for range 50 {
-		w.ct.Flows[v1.IPv4Protocol] = append(w.ct.Flows[v1.IPv4Protocol], rules.Flow{Protocol: v1.ProtocolTCP,
+		w.ct.Flows[v1.IPv4Protocol] = append(w.ct.Flows[v1.IPv4Protocol], conntrack.Flow{Protocol: v1.ProtocolTCP,
 			OrigDst: netip.MustParseAddrPort("10.96.0.2:80"), ReplySrc: busy, Established: true})
 	}
 	// Not due yet: the last read was just now.

@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -21,11 +21,11 @@ import (
 // kernel of the calling thread's namespace.
 func systemNFTBackend(t testing.TB, fam v1.IPFamily) *NFTBackend {
 	t.Helper()
-	n, err := nft.NewSystem(nft.Family(fam))
+	n, err := nftables.NewSystem(nftables.Family(fam))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.ClusterCIDRs = proxytest.Default().ClusterCIDRs()
 	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: n, Conntrack: netlinkConntrack{}, Host: &FakeHost{}})
 	if err != nil {
@@ -56,7 +56,7 @@ func benchNFTOnce(b *testing.B, n int) {
 	be := systemNFTBackend(b, v1.IPv4Protocol)
 	if os.Getenv("KPROXY_NFT_NO_NETLINK") != "" {
 		// For comparison: every transaction through nft -f.
-		be.opts.NFT.(*nft.System).SetNetlink(false)
+		be.opts.NFT.(*nftables.System).SetNetlink(false)
 	}
 	runtime.GC()
 	start := time.Now()
@@ -115,11 +115,11 @@ func benchNFTOnce(b *testing.B, n int) {
 
 // timedNFT times the Run calls of an nft seam.
 type timedNFT struct {
-	nft.Interface
+	nftables.Interface
 	runs []time.Duration
 }
 
-func (t *timedNFT) Run(ctx context.Context, tx *nft.Tx) error {
+func (t *timedNFT) Run(ctx context.Context, tx *nftables.Tx) error {
 	start := time.Now()
 	err := t.Interface.Run(ctx, tx)
 	t.runs = append(t.runs, time.Since(start))
