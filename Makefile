@@ -14,6 +14,7 @@ GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy ./cmd/kproxy
 	GOOS=windows $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kproxy.exe ./cmd/kproxy
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-kproxy ./cmd/kubectl-kproxy
 
 # images: the Linux image as an OCI archive, $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar,
 # offline, without a container engine or registry: kproxy (static, with
@@ -24,7 +25,7 @@ build:
 # missing; prints the digest, which is the same for every build of the
 # same commit and package versions (SOURCE_DATE_EPOCH: the last commit's
 # time). image-windows: kproxy.exe and the HostProcess build context (see
-# deploy/windows/build.sh).
+# below and docs/install.md, "Build the images").
 IMAGE_DIR         ?= $(CURDIR)/.build/images
 IMAGE_NAME        ?= ghcr.io/kproxy/kproxy
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
@@ -61,7 +62,7 @@ image-windows:
 # test: everything CI runs, in this order. The control plane (etcd and
 # kube-apiserver built from Go modules, many minutes cold) is built first so
 # that no test package meets a cold build inside its go test deadline.
-test: controlplane vet test-unit test-fuzz test-kernel test-image test-windows test-integration
+test: controlplane vet test-unit test-fuzz test-kernel test-image test-windows test-integration test-tools
 
 test-unit:
 	$(GO) test -race -count=1 ./...
@@ -228,3 +229,21 @@ bench-cluster: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
 		./test/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS) \
 		-cluster-bench-modes=$(BENCH_MODES)
+
+# tools: helm (v4) and promtool built from hack/tools, a Go module of its own
+# (helm's and Prometheus's dependencies stay out of kproxy's go.mod and out
+# of go test ./...), into .build/tools/NAME-VERSION, once per version (cold:
+# helm about 8 and promtool about 3.5 minutes of CPU).
+# test-tools: the Helm chart (helm template against kustomize deploy/ object
+# by object, helm lint, the values schema, the config it renders loaded by
+# kproxy's decoder, its commands in the Linux image, and as root helm
+# install, upgrade and uninstall against a kube-apiserver in a network
+# namespace), the Grafana dashboard's and the alerts' queries parsed and
+# checked against kproxy's metrics registry, and promtool's unit tests of
+# the alert rules (deploy/monitoring).
+.PHONY: tools test-tools
+tools:
+	cd hack/tools && GOWORK=off $(GO) run ./cmd/build
+test-tools: tools controlplane
+	cd hack/tools && GOWORK=off $(GO) vet ./...
+	cd hack/tools && GOWORK=off $(GO) test -count=1 -timeout 20m ./...
