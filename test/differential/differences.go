@@ -51,6 +51,17 @@ var intentionalDifferences = []Difference{
 		},
 	},
 	{
+		Name: "source-ranges-before-reject",
+		Reason: "a LoadBalancer IP with loadBalancerSourceRanges and no endpoints drops clients outside the " +
+			"ranges (and refuses those inside), as upstream's nftables mode does; upstream's iptables mode " +
+			"refuses every client, checking the ranges only when there are endpoints",
+		Match: func(c Case, p Probe, up, kx Result) bool {
+			return c.Mode == "iptables" && p.Frontend == LoadBalancerIP && c.Service != nil &&
+				len(c.Service.Spec.LoadBalancerSourceRanges) > 0 &&
+				up.Only("refused: ICMP port-unreachable") && kx.Only("timeout")
+		},
+	},
+	{
 		Name: "node-to-external-address-without-endpoints",
 		Reason: "from the node itself, a connection to the externalIP or LoadBalancer IP of a Service port " +
 			"without endpoints is refused at once by kproxy; upstream's iptables mode does not catch it " +
@@ -93,12 +104,22 @@ func init() {
 	intentionalDifferences = append(intentionalDifferences, localhostNodePorts)
 }
 
-// pendingDifferences are differences known and being worked on (each
-// names its issue): they are reported, not failed, until the issue
-// decides to fix them (the entry is then deleted, and the differential
-// proves the fix) or to keep them (the entry moves to
-// intentionalDifferences, with its reason in docs/compatibility.md).
+// pendingDifferences are differences known and not decided yet (each
+// says where it is decided): they are reported, not failed, until they
+// are fixed (the entry is then deleted, and the differential proves the
+// fix) or kept (the entry moves to intentionalDifferences, with its reason
+// in docs/compatibility.md).
 var pendingDifferences = []Difference{
+	{
+		Name: "hairpin-by-address",
+		Reason: "found by the randomized differential, to decide: kproxy masquerades a pod reaching itself " +
+			"through a Service when its address is a local endpoint (nodeName this node) of any Service, on any " +
+			"port; upstream's iptables mode masquerades it for every endpoint, local or not (an endpoint without " +
+			"nodeName included), its nftables mode only for a local endpoint of that Service port. So a pod whose " +
+			"endpoint lacks nodeName gets no answer from itself under kproxy (upstream iptables: it does), and one " +
+			"local for another Service does (upstream nftables: it does not)",
+		Match: func(c Case, p Probe, up, kx Result) bool { return selfReach(p, up, kx) },
+	},
 	{
 		Name: "node-udp-eperm",
 		Reason: "issue 27 (kind 2), being decided: a UDP send from the node to a frontend of a Service port " +
@@ -111,6 +132,33 @@ var pendingDifferences = []Difference{
 				kx.Only("EPERM at send (ICMP port-unreachable queued)")
 		},
 	},
+}
+
+// selfReach: a probe from a backend pod of its own Service differs only
+// in what happens when the pod reaches itself, one proxy masquerading it
+// (an answer by the pod, seen from a node address) where the other does
+// not (its own reply never matches its connection: a timeout).
+func selfReach(p Probe, up, kx Result) bool {
+	self := func(f string) bool {
+		return strings.HasPrefix(f, "answer "+p.From+",") || strings.HasPrefix(f, "answer "+p.From+":")
+	}
+	split := func(r Result) (rest []string, selfAnswer, timeout bool) {
+		for _, f := range r.Facets {
+			switch {
+			case self(f):
+				selfAnswer = true
+			case f == string(Timeout):
+				timeout = true
+			default:
+				rest = append(rest, f)
+			}
+		}
+		return rest, selfAnswer, timeout
+	}
+	upRest, upSelf, upTimeout := split(up)
+	kxRest, kxSelf, kxTimeout := split(kx)
+	return strings.Join(upRest, "\n") == strings.Join(kxRest, "\n") &&
+		((upSelf && !upTimeout && kxTimeout && !kxSelf) || (kxSelf && !kxTimeout && upTimeout && !upSelf))
 }
 
 // refusedUnbound: the outcome of a probe to an address where nothing

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,8 @@ type world struct {
 	// sysctls are node1's sysctls a proxy may change, as they were before
 	// any ran; every run starts from them.
 	sysctls map[string]string
+	// runs counts the proxy runs (the saved rules' names).
+	runs int
 }
 
 func newWorld(t *testing.T) *world {
@@ -198,6 +201,7 @@ func (w *world) run(ctx context.Context, binary, what, mode string, probes []Pro
 	}
 	t.Logf("%s (%s): programmed in %v; %d probes, %d attempts in %v", what, mode, ready.Round(time.Millisecond),
 		len(probes), attempts, time.Since(probing).Round(time.Millisecond))
+	w.saveRules(ctx, what, mode)
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Errorf("%s did not stop cleanly: %v\n%s", what, err, e2e.LastLines(e2e.WithoutDumps(p.Process().Output()), 40))
 	}
@@ -208,6 +212,22 @@ func (w *world) run(ctx context.Context, binary, what, mode string, probes []Pro
 		t.Fatalf("conntrack -F: %v\n%s", err, out)
 	}
 	return res
+}
+
+// saveRules writes node1's rules as the proxy left them (iptables of the
+// nft flavour, both families, and the nftables ruleset) next to its log,
+// to read when a seed fails.
+func (w *world) saveRules(ctx context.Context, what, mode string) {
+	w.runs++
+	var b strings.Builder
+	for _, argv := range [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"nft", "list", "ruleset"}} {
+		out, err := w.c.Exec(ctx, proxytest.Node1, argv...)
+		fmt.Fprintf(&b, "# %s (%v)\n%s\n", strings.Join(argv, " "), err, out)
+	}
+	name := filepath.Join(w.logDir, fmt.Sprintf("run%02d-%s-%s.rules", w.runs, what, mode))
+	if err := os.WriteFile(name, []byte(b.String()), 0o644); err != nil {
+		w.t.Logf("saving the rules: %v", err)
+	}
 }
 
 // leftovers returns node1's rules of either proxy (iptables of both
@@ -424,8 +444,9 @@ func TestRandomDifferential(t *testing.T) {
 				b.WriteString("  " + d.String() + "\n")
 			}
 			b.WriteString("the scenario:\n  " + strings.Join(r.sc.Summary, "\n  ") + "\n")
-			fmt.Fprintf(&b, "run it alone: make test-differential SEED=%d MODE=%s (addresses then start at index %d)\n",
-				r.sc.Seed, r.mode, proxytest.SlotIndex(0))
+			fmt.Fprintf(&b, "run it alone: make test-differential SEED=%d MODE=%s (addresses then start at index %d); "+
+				"with %s=DIR the proxies' logs and rules (after probing) stay in DIR\n",
+				r.sc.Seed, r.mode, proxytest.SlotIndex(0), logDirEnv)
 			if m, err := proxytest.Manifest(r.sc.Objects()...); err == nil {
 				b.WriteString("manifests:\n" + string(m))
 			}

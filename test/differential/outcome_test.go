@@ -295,6 +295,11 @@ func result(p Probe, as ...Attempt) Result { return Summarize(p, as) }
 // and must not explain.
 func TestDifferences(t *testing.T) {
 	tcpNode := Probe{Protocol: v1.ProtocolTCP, From: proxytest.Node1, Frontend: ExternalIP, Addresses: 1}
+	top := proxytest.Default()
+	ranged := top.Service("r", 100, proxytest.WithLoadBalancer(), proxytest.WithSourceRanges("192.168.50.100/32"))
+	plain := top.Service("p", 101, proxytest.WithLoadBalancer())
+	hairpin := Probe{Protocol: v1.ProtocolTCP, From: proxytest.PodA1, Frontend: ClusterIP, Addresses: 1,
+		Candidates: []string{"pod-a1:8081", "pod-b1"}}
 	rst := Attempt{Kind: RefusedRST}
 	icmp := Attempt{Kind: RefusedICMP, ICMP: "port-unreachable"}
 	eperm := Attempt{Kind: EPERM, ICMP: "port-unreachable"}
@@ -335,6 +340,21 @@ func TestDifferences(t *testing.T) {
 			"iptables": result(Probe{}, icmp)}},
 			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Node1, Frontend: NodePortLocalhost},
 			[]Attempt{rst}, []Attempt{rst}, "nftables-localhost-nodeports"},
+		{"source ranges before the reject", Case{Mode: "iptables", Service: ranged},
+			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
+			[]Attempt{icmp}, []Attempt{timeout}, "source-ranges-before-reject"},
+		{"no source ranges", Case{Mode: "iptables", Service: plain},
+			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
+			[]Attempt{icmp}, []Attempt{timeout}, ""},
+		{"hairpin masqueraded by kproxy only", Case{Mode: "nftables"}, hairpin,
+			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")},
+			"hairpin-by-address"},
+		{"hairpin masqueraded by upstream only", Case{Mode: "iptables"}, hairpin,
+			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, "hairpin-by-address"},
+		{"hairpin, and another backend differs", Case{Mode: "iptables"}, hairpin,
+			[]Attempt{answer("pod-a1", "node1"), answer("pod-b1", "pod-a1")}, []Attempt{timeout}, ""},
+		{"a timeout that is not the pod reaching itself", Case{Mode: "iptables"}, hairpin,
+			[]Attempt{answer("pod-b1", "pod-a1")}, []Attempt{timeout}, ""},
 	} {
 		got := name(Intended(c.c, c.p, result(c.p, c.up...), result(c.p, c.kx...)))
 		if got != c.want {

@@ -65,9 +65,12 @@ func AddExtraAddresses(ctx context.Context, c *netns.Cluster) error {
 				if err != nil {
 					return err
 				}
+				// IPv6 extras are deprecated (preferred_lft 0): the
+				// kernel never picks them as a source, only a bound
+				// socket uses them (IPv4 picks the first address).
 				bits, nodad := 32, ""
 				if fam == v1.IPv6Protocol {
-					bits, nodad = 128, " nodad"
+					bits, nodad = 128, " nodad preferred_lft 0"
 				}
 				if h.Role == proxytest.RoleOutside {
 					bits = top.NodeNetwork(fam).Bits()
@@ -106,8 +109,14 @@ func (r *Runner) Probe(ctx context.Context, p Probe) Result {
 		return Summarize(p, []Attempt{{Kind: Error, Detail: err.Error()}})
 	}
 	proto := strings.ToLower(string(p.Protocol))
+	// A host with extra addresses sends from its own address unless the
+	// probe uses the extras.
+	var own netip.Addr
+	if h, ok := r.Cluster.Topology.Host(p.From); ok && contains(MultiAddressHosts, p.From) && p.Frontend != NodePortLocalhost {
+		own = h.Addr(p.Family)
+	}
 	one := func(idx int) Attempt {
-		var local netip.Addr
+		local := own
 		if p.Addresses > 1 {
 			var err error
 			if local, err = ExtraAddress(r.Cluster.Topology, p.From, p.Family, idx); err != nil {
@@ -121,7 +130,7 @@ func (r *Runner) Probe(ctx context.Context, p Probe) Result {
 		}); err != nil {
 			a = Attempt{Kind: Error, Detail: err.Error()}
 		}
-		if local.IsValid() {
+		if p.Addresses > 1 {
 			a.Source = local.String()
 		}
 		if a.Kind == Answer {
