@@ -80,7 +80,7 @@ lint: vet
 
 fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 30s
-	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 30s
+	$(GO) test ./platform/linux/iptables -run '^$$' -fuzz FuzzPlanner -fuzztime 30s
 
 # test-fuzz: the short fuzz run CI does on top of the seed corpus (which
 # test-unit runs): random Services and EndpointSlices thrown at the cache, and
@@ -92,11 +92,11 @@ fuzz:
 .PHONY: test-fuzz
 test-fuzz:
 	$(GO) test ./pkg/cache -run '^$$' -fuzz FuzzCache -fuzztime 50000x
-	$(GO) test ./platform/linux/rules -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
+	$(GO) test ./platform/linux/iptables -run '^$$' -fuzz FuzzPlanner -fuzztime 50000x
 
 # clean: a cluster still running is taken down first (its state is in .build).
 clean:
-	@if [ -d $(CLUSTER_DIR) ]; then $(MAKE) --no-print-directory cluster-down; fi
+	@if [ -d $(NSCLUSTER_DIR) ]; then $(MAKE) --no-print-directory netns-cluster-down; fi
 	rm -rf $(BIN) .build
 
 # test-kernel: the real-kernel suites of the Linux backend (network
@@ -130,26 +130,28 @@ test-image: images
 demo:
 	./test/e2e/demo.sh
 
-# cluster: a local cluster that keeps running (root; see README's quick start
-# and test/cluster): kube-apiserver and etcd built from Go modules,
-# kproxy on node1 (iptables) and node2 (nftables), pods with echo servers,
-# all in network namespaces; a daemon owns them, its state, logs and PID in
-# CLUSTER_DIR. It prints the KUBECONFIG and what to try. make shell POD=HOST
-# [CMD="..."] enters a pod's (or node's) namespace; make cluster-down removes
-# everything.
-CLUSTER_DIR    ?= $(CURDIR)/.build/cluster
-POD            ?= client
-KPROXY_CLUSTER := $(CURDIR)/.build/kproxy-cluster
-.PHONY: cluster cluster-down shell
-cluster:
-	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
-	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) up
-cluster-down:
-	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
-	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) down
-shell:
-	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
-	@$(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) shell $(POD) $(CMD)
+# netns-cluster: kproxy's lightweight local cluster (root; see
+# test/nscluster; it was make cluster before make cluster became a real
+# one): kube-apiserver and etcd built from Go modules, kproxy as a process
+# on node1 (iptables) and node2 (nftables), pods that are bare network
+# namespaces with echo servers and EndpointSlices written by hand (no
+# kubelet, no controller manager); a daemon owns them, its state, logs and
+# PID in NSCLUSTER_DIR. It prints the KUBECONFIG and what to try. make
+# netns-shell POD=HOST [CMD="..."] enters a pod's (or node's) namespace;
+# make netns-cluster-down removes everything.
+NSCLUSTER_DIR    ?= $(CURDIR)/.build/nscluster
+POD              ?= client
+KPROXY_NSCLUSTER := $(CURDIR)/.build/kproxy-nscluster
+.PHONY: netns-cluster netns-cluster-down netns-shell
+netns-cluster:
+	@$(GO) build -o $(KPROXY_NSCLUSTER) ./test/nscluster/cmd/kproxy-nscluster
+	@$(KPROXY_NSCLUSTER) -dir $(NSCLUSTER_DIR) up
+netns-cluster-down:
+	@$(GO) build -o $(KPROXY_NSCLUSTER) ./test/nscluster/cmd/kproxy-nscluster
+	@$(KPROXY_NSCLUSTER) -dir $(NSCLUSTER_DIR) down
+netns-shell:
+	@$(GO) build -o $(KPROXY_NSCLUSTER) ./test/nscluster/cmd/kproxy-nscluster
+	@$(KPROXY_NSCLUSTER) -dir $(NSCLUSTER_DIR) shell $(POD) $(CMD)
 
 # test-windows: the Windows test binaries of platform/windows and cmd/kproxy, cross-compiled
 # and run under Wine through the generic `go test -exec` wrapper
@@ -165,7 +167,7 @@ test-windows:
 # controlplane: etcd, kube-apiserver, kube-proxy and kubectl built from Go
 # modules into .build/controlplane/<versions>/ (many minutes cold; seconds
 # once cached; kubectl, built last, adds about 2 minutes to a cold build).
-# The integration tests, bench-cluster and make cluster run them; building
+# The integration tests, bench-cluster, make netns-cluster and make cluster run them; building
 # them here first keeps a cold build out of the tests' deadline.
 # bench-soak (not in CI): 10 minutes of the API-server source, cache and
 # runner against a backend that fails every sync, with EndpointSlices
@@ -175,9 +177,19 @@ test-windows:
 bench-soak:
 	KPROXY_SOAK=10m KPROXY_SOAK_OUT=$(CURDIR)/.build/soak.txt $(GO) test ./pkg/source -run '^TestSoak$$' -count=1 -timeout 15m -v
 
-.PHONY: controlplane test-integration bench-cluster
+.PHONY: controlplane cluster-binaries test-integration bench-cluster
 controlplane:
 	$(GO) run ./test/controlplane/build
+
+# cluster-binaries: what make cluster and make conformance run beyond the
+# control plane, built from Go modules into .build/cluster-bin/<versions>/
+# (KPROXY_CLUSTER_CACHE moves it): kubelet, kube-controller-manager,
+# kube-scheduler, containerd v2 with its runc shim and ctr, CoreDNS, and
+# upstream's e2e.test with the ginkgo CLI, agnhost and the conntrack
+# regression server. Cold, on 2 cores, this is the longest build of the
+# repository (README has the numbers); cached, seconds.
+cluster-binaries: controlplane
+	$(GO) run ./test/controlplane/build -cluster
 
 # test-integration: kproxy as a process in node1 of a namespace topology,
 # against that kube-apiserver and etcd in a "control-plane" namespace on the
@@ -186,14 +198,15 @@ controlplane:
 # a new cluster behind the same address, node deletion and /healthz,
 # objects kproxy cannot fully use; the drop-in tests and the randomized
 # differential's fixed seeds against upstream kube-proxy (test/differential,
-# both modes). Then make cluster as README's quick start
-# uses it (test/cluster): make cluster, kubectl apply of the example
+# both modes). Then make netns-cluster as README
+# uses it (test/nscluster): make netns-cluster, kubectl apply of the example
 # Service, curl of its ClusterIP from a pod on each node (iptables and
-# nftables) and of its NodePort from outside, make cluster-down, nothing left.
+# nftables) and of its NodePort from outside, make netns-cluster-down,
+# nothing left.
 # Root; skips without it, fails under CI=true.
 
 test-integration: controlplane
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./test/integration/ ./test/cluster/ ./test/differential/
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./test/integration/ ./test/nscluster/ ./test/differential/
 
 # test-differential: issue 27's randomized differential against upstream
 # kube-proxy v1.37.2 (test/differential) on fresh seeds, for long runs:

@@ -16,7 +16,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 )
 
 // liveIptablesTracer reads the nat and filter tables of fam with
@@ -51,7 +51,7 @@ func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 		return nil, nil, fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	var in linux.NFTLive
-	table, err := runNFT(ctx, "-j", "list", "table", string(nft.Family(fam)), nft.TableName)
+	table, err := runNFT(ctx, "-j", "list", "table", string(nftables.Family(fam)), nftables.TableName)
 	switch {
 	case err == nil:
 		in.Table = table

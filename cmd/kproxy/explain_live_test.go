@@ -16,7 +16,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/platform/windows"
 )
 
@@ -54,15 +54,15 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 	save := planned.Save()
 	q := explain.Query{To: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP,
 		From: netip.MustParseAddr("10.244.1.5"), Origin: explain.FromPod, NodeAddrs: local}
-	var liveText func(t *testing.T, save string, edit func(*ruleset.Ruleset)) *explain.Result
+	var liveText func(t *testing.T, save string, edit func(*iptmodel.Ruleset)) *explain.Result
 
-	live := func(t *testing.T, edit func(*ruleset.Ruleset)) *explain.Result {
+	live := func(t *testing.T, edit func(*iptmodel.Ruleset)) *explain.Result {
 		t.Helper()
 		return liveText(t, save, edit)
 	}
-	liveText = func(t *testing.T, save string, edit func(*ruleset.Ruleset)) *explain.Result {
+	liveText = func(t *testing.T, save string, edit func(*iptmodel.Ruleset)) *explain.Result {
 		t.Helper()
-		rs, err := ruleset.Parse([]byte(save))
+		rs, err := iptmodel.Parse([]byte(save))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 		return res
 	}
 	t.Run("as planned", func(t *testing.T) {
-		res := live(t, func(*ruleset.Ruleset) {})
+		res := live(t, func(*iptmodel.Ruleset) {})
 		if len(res.Drift) != 0 || res.Verdict != explain.DNAT || len(res.Targets) != 2 {
 			t.Errorf("verdict %s targets %v drift %v, want DNAT to 2 endpoints and no drift", res.Verdict, res.Targets, res.Drift)
 		}
@@ -91,7 +91,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 				kept = append(kept, l)
 			}
 		}
-		res := liveText(t, strings.Join(kept, "\n"), func(*ruleset.Ruleset) {})
+		res := liveText(t, strings.Join(kept, "\n"), func(*iptmodel.Ruleset) {})
 		if res.Verdict != explain.NotHandled {
 			t.Errorf("verdict %s, want not handled", res.Verdict)
 		}
@@ -100,7 +100,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 		}
 	})
 	t.Run("cleaned up", func(t *testing.T) {
-		res := live(t, func(rs *ruleset.Ruleset) { *rs = *ruleset.New() })
+		res := live(t, func(rs *iptmodel.Ruleset) { *rs = *iptmodel.New() })
 		if res.Verdict != explain.NotHandled || res.Frontend == nil {
 			t.Errorf("verdict %s frontend %v, want not handled for the Service's ClusterIP", res.Verdict, res.Frontend)
 		}
@@ -110,7 +110,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 		}
 	})
 	t.Run("foreign rule in front, stale chain", func(t *testing.T) {
-		res := live(t, func(rs *ruleset.Ruleset) {
+		res := live(t, func(rs *iptmodel.Ruleset) {
 			if err := rs.Insert("nat", "PREROUTING", 1, "-d", "10.96.0.10/32", "-j", "ACCEPT"); err != nil {
 				t.Fatal(err)
 			}

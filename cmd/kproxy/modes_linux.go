@@ -15,7 +15,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 )
 
 func addPlatformModes(m app.Modes) {
@@ -50,7 +50,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			log.Info("IPv6 Services are not proxied: the node has no IPv6 address (other than loopback and link-local)")
 			continue
 		}
-		n, err := nft.NewSystem(nft.Family(fam))
+		n, err := nftables.NewSystem(nftables.Family(fam))
 		if err != nil {
 			if fam == v1.IPv6Protocol {
 				log.Info("IPv6 Services are not proxied: nftables is unusable for IPv6", "err", err)
@@ -74,7 +74,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
-		log.Info("nftables backend ready", "family", fam, "table", fmt.Sprintf("%s %s", nft.Family(fam), nft.TableName))
+		log.Info("nftables backend ready", "family", fam, "table", fmt.Sprintf("%s %s", nftables.Family(fam), nftables.TableName))
 		go b.RunLeastConnection(ctx)
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 	}

@@ -7,7 +7,8 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
 
 // nftablesConfig is the nftables backend's configuration of one family:
@@ -28,7 +29,7 @@ func nftablesDryRun(o *config.Options) (proxy.DryRunner, error) {
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := linux.NewNFT(linux.NFTOptions{
 			Rules:     nftablesConfig(o, fam),
-			NFT:       nft.NewFake(nft.Family(fam), nft.TableName),
+			NFT:       nftmodel.NewFake(nftables.Family(fam), nftables.TableName),
 			Conntrack: &linux.FakeConntrack{},
 			Host:      host,
 		})

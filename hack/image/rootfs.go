@@ -192,15 +192,12 @@ func Download(ctx context.Context, cache string, pkgs []Pkg) ([]string, error) {
 	return debs, nil
 }
 
-// Unpack extracts the .debs into root (dpkg-deb -x: files only, no
-// maintainer scripts), then does by hand what the scripts that matter
-// would do and trims what a container does not need (documentation but the
-// copyright files, manual pages, translations).
+// Unpack extracts the .debs into root (Extract), then does by hand what
+// iptables' maintainer scripts would do (the alternatives) and adds the
+// directories the DaemonSets mount.
 func Unpack(ctx context.Context, root string, debs []string) error {
-	for _, d := range debs {
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, root).CombinedOutput(); err != nil {
-			return fmt.Errorf("dpkg-deb -x %s: %w\n%s", d, err, out)
-		}
+	if err := Extract(ctx, root, debs); err != nil {
+		return err
 	}
 	// iptables' postinst registers these alternatives; nft is Debian's
 	// default flavour (higher priority).
@@ -210,6 +207,41 @@ func Unpack(ctx context.Context, root string, debs []string) error {
 			if err := os.Symlink(base+"-nft"+kind, link); err != nil && !errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("alternative %s: %w", base+kind, err)
 			}
+		}
+	}
+	return MakeDirs(root, Dir{"var/lib/kproxy", 0o755}, Dir{"lib/modules", 0o755})
+}
+
+// Dir is a directory of an image and its mode.
+type Dir struct {
+	Name string
+	Mode fs.FileMode
+}
+
+// MakeDirs creates the directories under root with exactly their modes.
+func MakeDirs(root string, dirs ...Dir) error {
+	for _, d := range dirs {
+		p := filepath.Join(root, d.Name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.Mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Extract unpacks the .debs into root (dpkg-deb -x: files only, no
+// maintainer scripts), trims what a container does not need
+// (documentation but the copyright files, manual pages, translations) and
+// creates the directories a runtime mounts over (proc, sys, dev, run, tmp).
+// Any image made of Debian packages starts here (kproxy's, and the test
+// images of make cluster).
+func Extract(ctx context.Context, root string, debs []string) error {
+	for _, d := range debs {
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, root).CombinedOutput(); err != nil {
+			return fmt.Errorf("dpkg-deb -x %s: %w\n%s", d, err, out)
 		}
 	}
 	for _, dir := range []string{"usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian", "usr/share/bash-completion"} {
@@ -230,18 +262,5 @@ func Unpack(ctx context.Context, root string, debs []string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("trimming %s: %w", docs, err)
 	}
-	// What the runtime mounts over, and where DaemonSets mount.
-	for _, d := range []struct {
-		name string
-		mode fs.FileMode
-	}{{"proc", 0o555}, {"sys", 0o555}, {"dev", 0o755}, {"run", 0o755}, {"tmp", 0o777 | fs.ModeSticky}, {"var/lib/kproxy", 0o755}, {"lib/modules", 0o755}} {
-		p := filepath.Join(root, d.name)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.mode); err != nil {
-			return err
-		}
-	}
-	return nil
+	return MakeDirs(root, Dir{"proc", 0o555}, Dir{"sys", 0o555}, Dir{"dev", 0o755}, Dir{"run", 0o755}, Dir{"tmp", 0o777 | fs.ModeSticky})
 }

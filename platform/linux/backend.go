@@ -18,7 +18,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 )
 
 // Options configures a Backend.
@@ -71,7 +71,7 @@ func (noMetrics) Conntrack(int, time.Duration, bool) {}
 type SyncResult struct {
 	Full     bool
 	Duration time.Duration
-	Stats    rules.Stats
+	Stats    iptables.Stats
 	// ConntrackDeleted counts the stale flows deleted.
 	ConntrackDeleted int
 }
@@ -82,12 +82,12 @@ type SyncResult struct {
 //
 // Ownership: a Backend owns the chains whose names start with KPROXY- in the
 // nat and filter tables and its jump rules in the built-in chains (listed by
-// rules.Jumps); it touches nothing else, except when taking over from
+// iptables.Jumps); it touches nothing else, except when taking over from
 // kube-proxy (see Options.KeepUpstream).
 type Backend struct {
 	opts    Options
 	family  v1.IPFamily
-	planner *rules.Planner
+	planner *iptables.Planner
 	log     klog.Logger
 
 	mu         sync.Mutex
@@ -131,7 +131,7 @@ func (b *Backend) Unsupported() []proxy.Unsupported {
 // New returns a Backend. The real seams (filled in for nil ones) need Linux
 // and, for the iptables tools, probe the flavour the host uses.
 func New(opts Options) (*Backend, error) {
-	planner, err := rules.NewPlanner(opts.Rules)
+	planner, err := iptables.NewPlanner(opts.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("linux backend: %w", err)
 	}
@@ -242,8 +242,8 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 		return err
 	}
 	st := plan.Stats
-	b.opts.Metrics.Rules(rules.TableNAT, st.Rules-st.FilterRules, st.WrittenRules-st.WrittenFilterRules)
-	b.opts.Metrics.Rules(rules.TableFilter, st.FilterRules, st.WrittenFilterRules)
+	b.opts.Metrics.Rules(iptables.TableNAT, st.Rules-st.FilterRules, st.WrittenRules-st.WrittenFilterRules)
+	b.opts.Metrics.Rules(iptables.TableFilter, st.FilterRules, st.WrittenFilterRules)
 	var errs []error
 	if full && plan.RouteLocalnet {
 		if err := b.opts.Host.SetSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
@@ -271,14 +271,14 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 // take-over of kube-proxy's rules (so kproxy's rules replace kube-proxy's in
 // one atomic step). A take-over that fails never blocks kproxy's own rules:
 // the restore is retried without it and the take-over with a later full sync.
-func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool, exclude map[proxy.ServicePortName]bool) (*rules.Plan, error) {
-	in := rules.Input{View: snap.Family(b.family), LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude,
+func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes, full bool, exclude map[proxy.ServicePortName]bool) (*iptables.Plan, error) {
+	in := iptables.Input{View: snap.Family(b.family), LocalAddrs: b.localAddrs, Changes: ch, Exclude: exclude,
 		Connections: b.lc.conns}
 	in.Changes.Full = full
 	var to *takeoverPlan
 	var natSave []byte
 	if full {
-		tables := []string{rules.TableNAT, rules.TableFilter}
+		tables := []string{iptables.TableNAT, iptables.TableFilter}
 		takeOver := !b.tookOver && !b.opts.KeepUpstream
 		if takeOver {
 			tables = TakeoverTables
@@ -290,15 +290,15 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 		in.Existing = map[string]map[string]uint64{}
 		in.Extra = map[string][]string{}
 		in.Referenced = map[string]map[string]bool{}
-		for _, t := range []string{rules.TableNAT, rules.TableFilter} {
-			in.Existing[t] = rules.KernelChains(saves[t])
+		for _, t := range []string{iptables.TableNAT, iptables.TableFilter} {
+			in.Existing[t] = iptables.KernelChains(saves[t])
 			in.Referenced[t] = foreignReferences(saves[t])
 		}
 		in.Extra = missingJumps(saves)
 		if takeOver {
 			to = planTakeovers(saves)
 		}
-		natSave = saves[rules.TableNAT]
+		natSave = saves[iptables.TableNAT]
 	}
 	in.Node = b.planNode(snap.Node, natSave)
 	plan, restore := b.plan(in, to)
@@ -335,14 +335,14 @@ func (b *Backend) apply(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chan
 // plan runs the planner with the take-over's lines and returns the plan and
 // the full restore input (the plan's, plus a mangle section for the
 // take-over).
-func (b *Backend) plan(in rules.Input, to *takeoverPlan) (*rules.Plan, []byte) {
+func (b *Backend) plan(in iptables.Input, to *takeoverPlan) (*iptables.Plan, []byte) {
 	if to != nil {
 		extra := map[string][]string{}
 		for t, l := range in.Extra {
 			extra[t] = append(extra[t], l...)
 		}
 		for t, l := range to.lines {
-			if t == rules.TableNAT || t == rules.TableFilter {
+			if t == iptables.TableNAT || t == iptables.TableFilter {
 				extra[t] = append(extra[t], l...)
 			}
 		}
@@ -360,7 +360,7 @@ func (b *Backend) plan(in rules.Input, to *takeoverPlan) (*rules.Plan, []byte) {
 // rules iptables-save does not show.
 func missingJumps(saves map[string][]byte) map[string][]string {
 	extra := map[string][]string{}
-	jumps := rules.Jumps()
+	jumps := iptables.Jumps()
 	for i := len(jumps) - 1; i >= 0; i-- {
 		j := jumps[i]
 		spec := j.Rule()
@@ -408,13 +408,13 @@ var errRestore = errors.New("iptables-restore failed")
 // nothing checks them this way (one iptables -S per chain); a sync that
 // writes checks them inside its restore.
 func (b *Backend) canaryOK(ctx context.Context) bool {
-	for _, t := range []string{rules.TableNAT, rules.TableFilter} {
-		lines, err := b.opts.Iptables.List(ctx, t, rules.ChainCanary)
-		if err != nil || !slices.Contains(lines, "-A "+rules.ChainCanary+" -j RETURN") {
+	for _, t := range []string{iptables.TableNAT, iptables.TableFilter} {
+		lines, err := b.opts.Iptables.List(ctx, t, iptables.ChainCanary)
+		if err != nil || !slices.Contains(lines, "-A "+iptables.ChainCanary+" -j RETURN") {
 			return false
 		}
 	}
-	for _, j := range rules.Jumps() {
+	for _, j := range iptables.Jumps() {
 		lines, err := b.opts.Iptables.List(ctx, j.Table, j.Chain)
 		if err != nil || !slices.Contains(lines, "-A "+j.Chain+" "+j.Rule()) {
 			return false
@@ -467,7 +467,7 @@ func (b *Backend) cleanConntrack(filters []conntrack.Filter) int {
 // jump rules that are ensured separately. It reads the node's addresses but
 // changes nothing.
 func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
-	p, err := rules.NewPlanner(b.opts.Rules)
+	p, err := iptables.NewPlanner(b.opts.Rules)
 	if err != nil {
 		return err
 	}
@@ -475,7 +475,7 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("dry run: listing local addresses: %w", err)
 	}
-	plan := p.Plan(rules.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: addrs, Changes: proxy.Changes{Full: true}})
+	plan := p.Plan(iptables.Input{View: snap.Family(b.family), Node: snap.Node, LocalAddrs: addrs, Changes: proxy.Changes{Full: true}})
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "# kproxy %s rules: input of %s --noflush\n", b.family, CommandsFor(b.family, "<flavour>").Restore)
 	fmt.Fprintf(&buf, "# %d service ports, %d chains, %d rules\n", plan.Stats.ServicePorts, plan.Stats.Chains, plan.Stats.Rules)
@@ -498,7 +498,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error
-	for _, j := range rules.Jumps() {
+	for _, j := range iptables.Jumps() {
 		// Delete every copy (bounded, in case a broken seam never says "gone").
 		for range 64 {
 			err := b.opts.Iptables.Delete(ctx, j.Table, j.Chain, j.Spec...)
@@ -511,15 +511,15 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	saves, err := b.save(ctx, rules.TableNAT, rules.TableFilter)
+	saves, err := b.save(ctx, iptables.TableNAT, iptables.TableFilter)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("cleanup: %w", err))...)
 	}
 	var input bytes.Buffer
-	for _, t := range []string{rules.TableNAT, rules.TableFilter} {
+	for _, t := range []string{iptables.TableNAT, iptables.TableFilter} {
 		var owned []string
 		for _, c := range ChainNames(saves[t]) {
-			if rules.Owned(c) {
+			if iptables.Owned(c) {
 				owned = append(owned, c)
 			}
 		}

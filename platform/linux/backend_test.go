@@ -18,8 +18,8 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -130,13 +130,13 @@ func (w *world) checkMatchesFullPlan() {
 func (w *world) checkMatchesFullPlanWith(conns map[proxy.ServicePortName]map[netip.AddrPort]int) {
 	w.t.Helper()
 	snap, _ := w.cache.Snapshot()
-	p, err := rules.NewPlanner(w.b.opts.Rules)
+	p, err := iptables.NewPlanner(w.b.opts.Rules)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	plan := p.Plan(rules.Input{View: snap.Family(w.b.family), Node: snap.Node, LocalAddrs: w.host.Addrs, Changes: proxy.Changes{Full: true},
+	plan := p.Plan(iptables.Input{View: snap.Family(w.b.family), Node: snap.Node, LocalAddrs: w.host.Addrs, Changes: proxy.Changes{Full: true},
 		Connections: conns})
-	want := ruleset.New()
+	want := iptmodel.New()
 	if err := want.Restore(plan.Restore, true); err != nil {
 		w.t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func (w *world) checkMatchesFullPlanWith(conns map[proxy.ServicePortName]map[net
 func ownedOnly(save string) string {
 	var out []string
 	for _, l := range strings.Split(save, "\n") {
-		if strings.Contains(l, rules.Prefix) || strings.HasPrefix(l, "*") {
+		if strings.Contains(l, iptables.Prefix) || strings.HasPrefix(l, "*") {
 			out = append(out, l)
 		}
 	}
@@ -203,7 +203,7 @@ func TestSyncFullThenPartial(t *testing.T) {
 	if w.ipt.Calls["Restore"] != restores {
 		t.Errorf("a sync without changes ran iptables-restore:\n%s", w.ipt.Restores[len(w.ipt.Restores)-1])
 	}
-	if want := 2 + len(rules.Jumps()); w.ipt.Calls["List"] != lists+want || w.b.Last().Full {
+	if want := 2 + len(iptables.Jumps()); w.ipt.Calls["List"] != lists+want || w.b.Last().Full {
 		t.Errorf("a sync without changes listed %d chains (want the 2 canaries and %d built-in chains), full=%v", w.ipt.Calls["List"]-lists, want-2, w.b.Last().Full)
 	}
 }
@@ -243,7 +243,7 @@ func TestSyncDetectsFlush(t *testing.T) {
 					t.Errorf("sync after tampering: full=%v, want %v", w.b.Last().Full, tc.wantAll)
 				}
 				w.checkMatchesFullPlan()
-				for _, j := range rules.Jumps() {
+				for _, j := range iptables.Jumps() {
 					if ok, err := w.ipt.Rules.Exists(j.Table, j.Chain, j.Spec...); err != nil || !ok {
 						t.Errorf("jump %s/%s %s not repaired (%v)", j.Table, j.Chain, j.Rule(), err)
 					}
@@ -260,7 +260,7 @@ func TestFullSyncRepairsDrift(t *testing.T) {
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
 	w.set("other", 2, proxytest.Ready(proxytest.PodA1))
 	w.mustSync(false)
-	svc, _, _, _ := rules.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "web"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
+	svc, _, _, _ := iptables.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "web"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
 	if err := w.ipt.Rules.Restore([]byte("*nat\n:"+svc+" - [0:0]\n-A "+svc+" -p tcp -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n*filter\n:KPROXY-OLD - [0:0]\nCOMMIT\n"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -416,8 +416,8 @@ func TestTakeOver(t *testing.T) {
 			w.mustSync(false)
 
 			rs := w.ipt.Rules
-			h := ruleset.Host{LocalAddrs: w.host.Addrs}
-			outs, err := rs.Trace(h, ruleset.Packet{Src: netip.MustParseAddr("10.244.1.100"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 4000, DstPort: 80})
+			h := iptmodel.Host{LocalAddrs: w.host.Addrs}
+			outs, err := rs.Trace(h, iptmodel.Packet{Src: netip.MustParseAddr("10.244.1.100"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 4000, DstPort: 80})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -471,7 +471,7 @@ func TestCleanupRestoresPreviousState(t *testing.T) {
 			w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1), proxytest.WithLoadBalancer(), proxytest.WithAffinity(60))
 			w.mustSync(false)
 			// A jump inserted twice (by hand) is removed too.
-			j := rules.Jumps()[0]
+			j := iptables.Jumps()[0]
 			if err := w.ipt.Rules.Insert(j.Table, j.Chain, 2, j.Spec...); err != nil {
 				t.Fatal(err)
 			}
@@ -574,7 +574,7 @@ func TestDryRunHasNoSideEffects(t *testing.T) {
 		}
 	}
 	// The output is valid restore input.
-	if err := ruleset.New().Restore([]byte(text), true); err != nil {
+	if err := iptmodel.New().Restore([]byte(text), true); err != nil {
 		t.Errorf("dry run output does not restore: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 )
 
 var (
@@ -29,7 +29,7 @@ type FakeIptables struct {
 	mu sync.Mutex
 	// Rules is the state of the tables. Tests may read and modify it while
 	// no call is running.
-	Rules *ruleset.Ruleset
+	Rules *iptmodel.Ruleset
 	// Calls counts calls per method ("Restore", "Save", ...).
 	Calls map[string]int
 	// Restores keeps the input of every successful restore.
@@ -44,7 +44,7 @@ type FakeIptables struct {
 
 // NewFakeIptables returns empty tables.
 func NewFakeIptables() *FakeIptables {
-	return &FakeIptables{Rules: ruleset.New(), Calls: map[string]int{}, FailNext: map[string]error{}, Reject: map[string]error{}}
+	return &FakeIptables{Rules: iptmodel.New(), Calls: map[string]int{}, FailNext: map[string]error{}, Reject: map[string]error{}}
 }
 
 func (f *FakeIptables) enter(method string) error {

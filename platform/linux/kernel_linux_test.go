@@ -23,8 +23,8 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -146,7 +146,7 @@ func saveOf(t testing.TB, ipt Iptables, tables ...string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := ruleset.Parse(s)
+		rs, err := iptmodel.Parse(s)
 		if err != nil {
 			t.Fatalf("parsing iptables-save -t %s: %v\n%s", tbl, err, s)
 		}
@@ -225,7 +225,7 @@ func ownedLines(save []byte) string {
 	byChain := map[string][]string{}
 	var chains []string
 	for _, l := range strings.Split(string(save), "\n") {
-		if !strings.HasPrefix(l, "-A ") || !strings.Contains(l, rules.Prefix) {
+		if !strings.HasPrefix(l, "-A ") || !strings.Contains(l, iptables.Prefix) {
 			continue
 		}
 		c := strings.Fields(l)[1]

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -21,7 +21,7 @@ import (
 // kernel of the calling thread's namespace.
 func systemNFTBackend(t testing.TB, fam v1.IPFamily) *NFTBackend {
 	t.Helper()
-	n, err := nft.NewSystem(nft.Family(fam))
+	n, err := nftables.NewSystem(nftables.Family(fam))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func benchNFTOnce(b *testing.B, n int) {
 	be := systemNFTBackend(b, v1.IPv4Protocol)
 	if os.Getenv("KPROXY_NFT_NO_NETLINK") != "" {
 		// For comparison: every transaction through nft -f.
-		be.opts.NFT.(*nft.System).SetNetlink(false)
+		be.opts.NFT.(*nftables.System).SetNetlink(false)
 	}
 	runtime.GC()
 	start := time.Now()
@@ -115,11 +115,11 @@ func benchNFTOnce(b *testing.B, n int) {
 
 // timedNFT times the Run calls of an nft seam.
 type timedNFT struct {
-	nft.Interface
+	nftables.Interface
 	runs []time.Duration
 }
 
-func (t *timedNFT) Run(ctx context.Context, tx *nft.Tx) error {
+func (t *timedNFT) Run(ctx context.Context, tx *nftables.Tx) error {
 	start := time.Now()
 	err := t.Interface.Run(ctx, tx)
 	t.runs = append(t.runs, time.Since(start))

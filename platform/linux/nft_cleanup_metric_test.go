@@ -13,7 +13,8 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
 
 // countingNFTMetrics counts CleanupFailed calls (safe across goroutines:
@@ -34,7 +35,7 @@ func TestNFTTakeOverFailureCounted(t *testing.T) {
 	fail.Store(true)
 	done := make(chan struct{}, 4)
 	b, err := NewNFT(NFTOptions{
-		Rules: facts.DefaultConfig(v1.IPv4Protocol), NFT: nft.NewFake(knftables.IPv4Family, nft.TableName),
+		Rules: facts.DefaultConfig(v1.IPv4Protocol), NFT: nftmodel.NewFake(knftables.IPv4Family, nftables.TableName),
 		Conntrack: &FakeConntrack{}, Host: &FakeHost{}, Metrics: m, Logger: logr.Discard(),
 		TakeOver: func(context.Context) error {
 			defer func() { done <- struct{}{} }()

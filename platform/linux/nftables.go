@@ -17,7 +17,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 )
 
 // NFTOptions configures an NFTBackend.
@@ -27,8 +27,8 @@ type NFTOptions struct {
 	// the iptables-only ones (filter bit, sharding) are ignored.
 	Rules facts.Config
 	// NFT is the seam to nftables for kproxy's table of the family
-	// (nft.NewSystem on a node, an nft.Fake in tests).
-	NFT       nft.Interface
+	// (nftables.NewSystem on a node, an nftmodel.Fake in tests).
+	NFT       nftables.Interface
 	Conntrack Conntrack
 	Host      Host
 	// Metrics receives what each sync did (nil: none).
@@ -74,18 +74,18 @@ func (noNFTMetrics) Conntrack(int, time.Duration, bool) {}
 //
 // Each sync builds the intent of the changed service ports (every port on
 // a full sync), renders it against the record of the last successful
-// transaction (nft.Applied) and runs the one transaction that takes the
+// transaction (nftables.Applied) and runs the one transaction that takes the
 // table there; the record is kept only when the transaction succeeded. A
 // full sync rewrites the table's content in place, in one transaction, so
 // no connection ever meets a table without its rules.
 type NFTBackend struct {
 	opts     NFTOptions
 	family   v1.IPFamily
-	renderer *nft.Renderer
+	renderer *nftables.Renderer
 	log      klog.Logger
 
 	mu         sync.Mutex
-	applied    *nft.Applied
+	applied    *nftables.Applied
 	needFull   bool
 	tookOver   bool
 	localAddrs []netip.Addr
@@ -113,7 +113,7 @@ var (
 type NFTSyncResult struct {
 	Full             bool
 	Duration         time.Duration
-	Stats            nft.Stats
+	Stats            nftables.Stats
 	ConntrackDeleted int
 }
 
@@ -122,7 +122,7 @@ func NewNFT(opts NFTOptions) (*NFTBackend, error) {
 	if opts.NFT == nil || opts.Conntrack == nil || opts.Host == nil {
 		return nil, errors.New("nftables backend: the NFT, Conntrack and Host seams are required")
 	}
-	r, err := nft.NewRenderer(opts.Rules)
+	r, err := nftables.NewRenderer(opts.Rules)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (b *NFTBackend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Ch
 
 // apply builds the intents, renders and runs one transaction. A full one
 // first lists what kproxy's table holds (object names only).
-func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *proxy.FamilyView, ch proxy.Changes, full bool) (*nft.Plan, *nft.Applied, error) {
+func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *proxy.FamilyView, ch proxy.Changes, full bool) (*nftables.Plan, *nftables.Applied, error) {
 	// While the Node is unknown, NodePorts on the primary address stay
 	// where the table has them (see nodeunknown.go).
 	planned := b.primary.node(b.log, b.family, b.opts.Rules, snap.Node, full, func() []netip.Addr { return b.nodePortIPsInTable(ctx) })
@@ -265,7 +265,7 @@ func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *prox
 		}
 		ch = withPorts(ch, extra)
 	}
-	in := nft.Input{Full: full, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
+	in := nftables.Input{Full: full, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
 	build := func(sp *proxy.ServicePort) {
 		p, problems := intent.Build(icfg, sp, b.lc.conns[sp.Name])
 		if p == nil {
@@ -310,15 +310,15 @@ func (b *NFTBackend) apply(ctx context.Context, snap *proxy.Snapshot, view *prox
 
 // facts derives the node-wide facts of the family from the Node and the
 // local addresses.
-func (b *NFTBackend) facts(n proxy.Node) (nft.Node, intent.Config) {
+func (b *NFTBackend) facts(n proxy.Node) (nftables.Node, intent.Config) {
 	return nftFacts(b.opts.Rules, n, b.localAddrs)
 }
 
 // nftFacts derives the node-wide facts of cfg's family from the Node and
 // the node's local addresses.
-func nftFacts(cfg facts.Config, n proxy.Node, localAddrs []netip.Addr) (nft.Node, intent.Config) {
+func nftFacts(cfg facts.Config, n proxy.Node, localAddrs []netip.Addr) (nftables.Node, intent.Config) {
 	icfg := intent.Config{Family: cfg.Family, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: cfg.NodeIPs(n, localAddrs)}
-	var node nft.Node
+	var node nftables.Node
 	switch cfg.LocalDetect {
 	case facts.LocalBridgeInterface, facts.LocalInterfaceNamePrefix:
 		node.PodSources = true
@@ -340,9 +340,9 @@ func nftFacts(cfg facts.Config, n proxy.Node, localAddrs []netip.Addr) (nft.Node
 // nodePortIPsInTable returns the addresses of the table's NodePort
 // address set (none without the table or the set).
 func (b *NFTBackend) nodePortIPsInTable(ctx context.Context) []netip.Addr {
-	els, err := b.opts.NFT.ListElements(ctx, "set", nft.SetNodePorts)
+	els, err := b.opts.NFT.ListElements(ctx, "set", nftables.SetNodePorts)
 	if err != nil {
-		if !nft.IsNotFound(err) {
+		if !nftables.IsNotFound(err) {
 			b.log.Info("Reading the NodePort addresses kproxy's table holds failed", "err", err)
 		}
 		return nil
@@ -362,15 +362,15 @@ func (b *NFTBackend) nodePortIPsInTable(ctx context.Context) []netip.Addr {
 }
 
 // existing lists the chains and sets of kproxy's table (nil: no table).
-func (b *NFTBackend) existing(ctx context.Context) (*nft.Existing, error) {
+func (b *NFTBackend) existing(ctx context.Context) (*nftables.Existing, error) {
 	all, err := b.opts.NFT.ListAll(ctx)
-	if nft.IsNotFound(err) {
+	if nftables.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing kproxy's nftables table: %w", err)
 	}
-	ex := &nft.Existing{Chains: all["chain"], Sets: all["set"]}
+	ex := &nftables.Existing{Chains: all["chain"], Sets: all["set"]}
 	slices.Sort(ex.Chains)
 	slices.Sort(ex.Sets)
 	return ex, nil
@@ -383,7 +383,7 @@ func (b *NFTBackend) check(ctx context.Context) error {
 	if err := b.opts.NFT.Run(ctx, b.renderer.Canary()); err != nil {
 		return fmt.Errorf("%w: the dispatch maps' canary elements: %w", errTableGone, err)
 	}
-	for _, c := range []string{nft.ChainNATPrerouting, nft.ChainNATOutput, nft.ChainServices} {
+	for _, c := range []string{nftables.ChainNATPrerouting, nftables.ChainNATOutput, nftables.ChainServices} {
 		rs, err := b.opts.NFT.ListRules(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", errTableGone, c, err)
@@ -396,9 +396,9 @@ func (b *NFTBackend) check(ctx context.Context) error {
 }
 
 // staleFlows lists the conntrack filters of the UDP ports that changed.
-func (b *NFTBackend) staleFlows(old, next *nft.Applied, view *proxy.FamilyView, ch proxy.Changes, full bool) []conntrack.Filter {
+func (b *NFTBackend) staleFlows(old, next *nftables.Applied, view *proxy.FamilyView, ch proxy.Changes, full bool) []conntrack.Filter {
 	var out []conntrack.Filter
-	from := func(a *nft.Applied, n proxy.ServicePortName) *proxy.ServicePort {
+	from := func(a *nftables.Applied, n proxy.ServicePortName) *proxy.ServicePort {
 		if p := a.Intent(n); p != nil {
 			return p.From
 		}
@@ -481,7 +481,7 @@ func (b *NFTBackend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	}
 	b.localAddrs = addrs
 	node, icfg := b.facts(snap.Node)
-	in := nft.Input{Full: true, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
+	in := nftables.Input{Full: true, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
 	view := snap.Family(b.family)
 	var problems []proxy.Unsupported
 	if view != nil {
@@ -495,7 +495,7 @@ func (b *NFTBackend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	}
 	plan, _ := b.renderer.Render(in, nil)
 	problems = append(problems, plan.Problems...)
-	fmt.Fprintf(w, "# kproxy %s rules: input of nft -f (table %s %s)\n", b.family, nft.Family(b.family), nft.TableName)
+	fmt.Fprintf(w, "# kproxy %s rules: input of nft -f (table %s %s)\n", b.family, nftables.Family(b.family), nftables.TableName)
 	fmt.Fprintf(w, "# %d service ports, %d chains, %d rules, %d elements\n", plan.Stats.ServicePorts, plan.Stats.Chains, plan.Stats.Rules, plan.Stats.Elements)
 	for _, p := range problems {
 		fmt.Fprintf(w, "# skipped: %s\n", p.Message)
@@ -510,7 +510,7 @@ func (b *NFTBackend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.applied, b.needFull = nil, true
-	if err := b.opts.NFT.Run(ctx, nft.DeleteTable(nft.Family(b.family))); err != nil {
+	if err := b.opts.NFT.Run(ctx, nftables.DeleteTable(nftables.Family(b.family))); err != nil {
 		return fmt.Errorf("deleting kproxy's nftables table: %w", err)
 	}
 	return nil

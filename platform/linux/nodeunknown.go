@@ -10,7 +10,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 )
 
 // Start-up without the Node object.
@@ -103,8 +103,8 @@ func keptPrimaries(addrs []netip.Addr, family v1.IPFamily, prefixes []netip.Pref
 // save of the nat table (the "-d ADDR -j KPROXY-NODEPORTS" rules of
 // KPROXY-SERVICES).
 func primaryInRules(natSave []byte) []netip.Addr {
-	head := "-A " + rules.ChainServices + " -d "
-	tail := " -j " + rules.ChainNodePorts
+	head := "-A " + iptables.ChainServices + " -d "
+	tail := " -j " + iptables.ChainNodePorts
 	var out []netip.Addr
 	for _, l := range strings.Split(string(natSave), "\n") {
 		if !strings.HasPrefix(l, head) || !strings.HasSuffix(l, tail) {

@@ -11,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 )
 
 // DefaultRuleBudget is the default per-Service rule budget: a Service whose
-// ports would need more rules (rules.EstimateRules) is not programmed, so
+// ports would need more rules (iptables.EstimateRules) is not programmed, so
 // one object cannot produce millions of rules and slow every sync of the
 // node. 50,000 rules is about 25,000 endpoints with session affinity or
 // 50,000 without.
@@ -51,7 +51,7 @@ func overBudget(view *proxy.FamilyView, budget int) map[proxy.ServicePortName]st
 	}
 	perSvc := map[types.NamespacedName]int{}
 	for _, sp := range view.Ports {
-		perSvc[sp.Name.NamespacedName] += rules.EstimateRules(sp)
+		perSvc[sp.Name.NamespacedName] += iptables.EstimateRules(sp)
 	}
 	var out map[proxy.ServicePortName]string
 	for n := range view.Ports {
@@ -157,7 +157,7 @@ func (b *Backend) quarantineFailure(ctx context.Context, view *proxy.FamilyView,
 	return len(bad)
 }
 
-// isolate finds, by bisection over probes (rules.Planner.Probe: the ports'
+// isolate finds, by bisection over probes (iptables.Planner.Probe: the ports'
 // rules written into scratch chains nothing jumps to), the ports whose
 // rules the kernel rejects, with the kernel's error. One bad port among n
 // costs about 2·log2(n) restores.
@@ -235,11 +235,11 @@ func foreignReferences(save []byte) map[string]bool {
 			continue
 		}
 		fields := bytes.Fields(line)
-		if len(fields) < 2 || rules.Owned(string(fields[1])) {
+		if len(fields) < 2 || iptables.Owned(string(fields[1])) {
 			continue
 		}
 		for i := 2; i+1 < len(fields); i++ {
-			if (string(fields[i]) == "-j" || string(fields[i]) == "-g") && rules.Owned(string(fields[i+1])) {
+			if (string(fields[i]) == "-j" || string(fields[i]) == "-g") && iptables.Owned(string(fields[i+1])) {
 				if out == nil {
 					out = map[string]bool{}
 				}

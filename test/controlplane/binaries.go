@@ -76,21 +76,29 @@ type target struct {
 	moduleDir string // relative to the repository root
 	pkg       string // package path given to go build, from moduleDir
 	ldflags   string
-	coldHint  string
+	tags      string // -tags, when not empty
+	// test builds the package's test binary (go test -c) instead.
+	test     bool
+	coldHint string
 }
 
-func targets() []target {
+// kubeLdflags are the -ldflags of a Kubernetes binary: stripped, with the
+// version stamps the upstream build scripts would set, so /version, the
+// servers' logs and kubernetes_build_info name the real release.
+func kubeLdflags() string {
 	const versionPkg = "k8s.io/component-base/version"
 	major, minor := kubeMajorMinor(KubernetesVersion)
-	// Stamp the version the upstream build scripts would, so /version, the
-	// servers' logs and kubernetes_build_info name the real release.
-	kubeLdflags := strings.Join([]string{
+	return strings.Join([]string{
 		"-s -w",
 		"-X " + versionPkg + ".gitVersion=" + KubernetesVersion,
 		"-X " + versionPkg + ".gitMajor=" + major,
 		"-X " + versionPkg + ".gitMinor=" + minor,
 		"-X " + versionPkg + ".gitTreeState=clean",
 	}, " ")
+}
+
+func targets() []target {
+	kubeLdflags := kubeLdflags()
 	return []target{
 		{
 			name:      "etcd",
@@ -188,25 +196,10 @@ func EnsureBinaries(ctx context.Context, logf func(format string, args ...any)) 
 
 // Ensure is EnsureBinaries with explicit options.
 func Ensure(ctx context.Context, o BuildOptions) (Binaries, error) {
-	if o.RepoRoot == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return Binaries{}, fmt.Errorf("finding kproxy repository root: %w", err)
-		}
-		if o.RepoRoot, err = RepoRoot(wd); err != nil {
-			return Binaries{}, err
-		}
+	o, err := o.withDefaults(func(root string) string { return DefaultCacheDir(root, os.Getenv(EnvCacheDir)) })
+	if err != nil {
+		return Binaries{}, err
 	}
-	if o.CacheDir == "" {
-		o.CacheDir = DefaultCacheDir(o.RepoRoot, os.Getenv(EnvCacheDir))
-	}
-	if o.Go == "" {
-		o.Go = "go"
-	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
-	}
-
 	bins := Binaries{Dir: o.CacheDir}
 	for _, t := range targets() {
 		res, err := ensureOne(ctx, o, t)
@@ -226,6 +219,30 @@ func Ensure(ctx context.Context, o BuildOptions) (Binaries, error) {
 		}
 	}
 	return bins, nil
+}
+
+// withDefaults fills the zero fields of o; cacheDir gives the default cache
+// directory for a repository root.
+func (o BuildOptions) withDefaults(cacheDir func(root string) string) (BuildOptions, error) {
+	if o.RepoRoot == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return o, fmt.Errorf("finding kproxy repository root: %w", err)
+		}
+		if o.RepoRoot, err = RepoRoot(wd); err != nil {
+			return o, err
+		}
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = cacheDir(o.RepoRoot)
+	}
+	if o.Go == "" {
+		o.Go = "go"
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return o, nil
 }
 
 func exeName(name string) string {
@@ -263,7 +280,15 @@ func ensureOne(ctx context.Context, o BuildOptions, t target) (BuildResult, erro
 
 	o.Logf("building %s into %s (%s)", t.name, o.CacheDir, t.coldHint)
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, o.Go, "build", "-trimpath", "-ldflags", t.ldflags, "-o", tmpPath, t.pkg)
+	args := []string{"build"}
+	if t.test {
+		args = []string{"test", "-c"}
+	}
+	args = append(args, "-trimpath", "-ldflags", t.ldflags)
+	if t.tags != "" {
+		args = append(args, "-tags", t.tags)
+	}
+	cmd := exec.CommandContext(ctx, o.Go, append(args, "-o", tmpPath, t.pkg)...)
 	cmd.Dir = filepath.Join(o.RepoRoot, filepath.FromSlash(t.moduleDir))
 	cmd.Env = buildEnv(os.Environ())
 	out, err := cmd.CombinedOutput()

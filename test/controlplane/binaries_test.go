@@ -35,6 +35,28 @@ func TestVersionsMatchWrapperModules(t *testing.T) {
 			"k8s.io/kubectl => k8s.io/kubectl " + StagingVersion,
 			"k8s.io/cli-runtime => k8s.io/cli-runtime " + StagingVersion,
 		}},
+		{"modules/kubelet/go.mod", []string{
+			"k8s.io/kubernetes " + KubernetesVersion,
+			"tool k8s.io/kubernetes/cmd/kubelet",
+			"k8s.io/kubelet => k8s.io/kubelet " + StagingVersion,
+		}},
+		{"modules/kube-controller-manager/go.mod", []string{
+			"k8s.io/kubernetes " + KubernetesVersion,
+			"tool k8s.io/kubernetes/cmd/kube-controller-manager",
+			"k8s.io/kube-controller-manager => k8s.io/kube-controller-manager " + StagingVersion,
+		}},
+		{"modules/kube-scheduler/go.mod", []string{
+			"k8s.io/kubernetes " + KubernetesVersion,
+			"tool k8s.io/kubernetes/cmd/kube-scheduler",
+			"k8s.io/kube-scheduler => k8s.io/kube-scheduler " + StagingVersion,
+		}},
+		{"modules/e2e/go.mod", []string{
+			"k8s.io/kubernetes " + KubernetesVersion,
+			"k8s.io/kubernetes/test/images/agnhost",
+			"k8s.io/client-go => k8s.io/client-go " + StagingVersion,
+		}},
+		{"modules/containerd/go.mod", []string{"github.com/containerd/containerd/v2 " + ContainerdVersion}},
+		{"modules/coredns/go.mod", []string{"github.com/coredns/coredns " + CoreDNSVersion}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.gomod, func(t *testing.T) {
@@ -56,7 +78,8 @@ func TestVersionsMatchWrapperModules(t *testing.T) {
 // kube-apiserver, kube-proxy and kubectl wrappers replace is pinned to StagingVersion
 // (a stray version would build a mixed server).
 func TestKubeAPIServerReplacesAllStaging(t *testing.T) {
-	for _, gomod := range []string{"modules/kube-apiserver/go.mod", "modules/kube-proxy/go.mod", "modules/kubectl/go.mod"} {
+	for _, gomod := range []string{"modules/kube-apiserver/go.mod", "modules/kube-proxy/go.mod", "modules/kubectl/go.mod",
+		"modules/kubelet/go.mod", "modules/kube-controller-manager/go.mod", "modules/kube-scheduler/go.mod", "modules/e2e/go.mod"} {
 		t.Run(gomod, func(t *testing.T) { checkStagingReplaces(t, gomod) })
 	}
 }
@@ -164,7 +187,7 @@ func fileExists(p string) bool {
 func fakeRepo(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	for _, tg := range targets() {
+	for _, tg := range append(targets(), clusterTargets()...) {
 		if err := os.MkdirAll(filepath.Join(root, filepath.FromSlash(tg.moduleDir)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -287,5 +310,77 @@ func TestEnsureFailures(t *testing.T) {
 				t.Error("a failed build left a binary in the cache")
 			}
 		})
+	}
+}
+
+// TestEnsureClusterBuildsMissingBinaries: every cluster binary is built from
+// its wrapper module, e2e.test as a test binary, containerd without cgo's
+// snapshotters, into the cluster cache directory; a second call builds
+// nothing.
+func TestEnsureClusterBuildsMissingBinaries(t *testing.T) {
+	t.Setenv(envFake, "go")
+	root := fakeRepo(t)
+	cache := filepath.Join(t.TempDir(), "cluster-cache")
+	o := BuildOptions{RepoRoot: root, CacheDir: cache, Go: os.Args[0]}
+	bins, err := EnsureCluster(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path string
+		want []string
+	}{
+		{bins.Kubelet, []string{"verb=build", "dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "kubelet")),
+			"pkg=k8s.io/kubernetes/cmd/kubelet", "k8s.io/component-base/version.gitVersion=" + KubernetesVersion, "CGO_ENABLED=0"}},
+		{bins.KubeControllerManager, []string{"pkg=k8s.io/kubernetes/cmd/kube-controller-manager"}},
+		{bins.KubeScheduler, []string{"pkg=k8s.io/kubernetes/cmd/kube-scheduler"}},
+		{bins.Containerd, []string{"dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "containerd")),
+			"pkg=github.com/containerd/containerd/v2/cmd/containerd", "tags=urfave_cli_no_docs no_btrfs no_devmapper no_zfs",
+			"containerd/v2/version.Version=" + ContainerdVersion}},
+		{bins.ContainerdShim, []string{"pkg=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", "no_grpc"}},
+		{bins.Ctr, []string{"pkg=github.com/containerd/containerd/v2/cmd/ctr"}},
+		{bins.CoreDNS, []string{"dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "coredns")), "pkg=."}},
+		{bins.Agnhost, []string{"pkg=k8s.io/kubernetes/test/images/agnhost"}},
+		{bins.RegressionIssue74839, []string{"pkg=k8s.io/kubernetes/test/images/regression-issue-74839"}},
+		{bins.Ginkgo, []string{"pkg=github.com/onsi/ginkgo/v2/ginkgo"}},
+		{bins.E2ETest, []string{"verb=test -c", "dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "e2e")),
+			"pkg=k8s.io/kubernetes/test/e2e", "k8s.io/component-base/version.gitVersion=" + KubernetesVersion}},
+	}
+	for _, tt := range tests {
+		if filepath.Dir(tt.path) != cache {
+			t.Errorf("%s is not in the cache %s", tt.path, cache)
+		}
+		data, err := os.ReadFile(tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(string(data), w) {
+				t.Errorf("%s was built with\n%s\nwant it to contain %q", tt.path, data, w)
+			}
+		}
+	}
+	if len(bins.Results) != len(clusterTargets()) {
+		t.Errorf("%d results for %d targets", len(bins.Results), len(clusterTargets()))
+	}
+	t.Setenv("KPROXY_CONTROLPLANE_FAKE_GO_FAIL", "1")
+	again, err := EnsureCluster(context.Background(), o)
+	if err != nil {
+		t.Fatalf("second EnsureCluster built again: %v", err)
+	}
+	for _, r := range again.Results {
+		if r.Built {
+			t.Errorf("second EnsureCluster rebuilt %s", r.Name)
+		}
+	}
+}
+
+func TestDefaultClusterCacheDir(t *testing.T) {
+	key := KubernetesVersion + "-containerd" + ContainerdVersion + "-coredns" + CoreDNSVersion
+	if got, want := DefaultClusterCacheDir("/repo", ""), filepath.Join("/repo", ".build", "cluster-bin", key); got != want {
+		t.Errorf("DefaultClusterCacheDir = %q, want %q", got, want)
+	}
+	if got, want := DefaultClusterCacheDir("/repo", "/cache"), filepath.Join("/cache", key); got != want {
+		t.Errorf("DefaultClusterCacheDir with override = %q, want %q", got, want)
 	}
 }

@@ -21,6 +21,11 @@ type pki struct {
 	servingKey  []byte
 	saKey       []byte // service-account token signing key (private)
 	saPub       []byte // its public key, for token verification
+	// kubeletClientCert is kube-apiserver's client certificate towards
+	// kubelets (logs, exec, port-forward): user kube-apiserver-kubelet-client
+	// in system:masters, signed by the CA (a kubelet's clientCAFile).
+	kubeletClientCert []byte
+	kubeletClientKey  []byte
 }
 
 // certValidity is how long the generated certificates are valid. Test control
@@ -80,6 +85,27 @@ func newPKI(listenIP, firstServiceIP netip.Addr, now time.Time) (*pki, error) {
 		return nil, fmt.Errorf("encoding serving key: %w", err)
 	}
 
+	kcKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generating kubelet client key: %w", err)
+	}
+	kcTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	kcDER, err := x509.CreateCertificate(rand.Reader, kcTmpl, caCert, &kcKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("creating kubelet client certificate: %w", err)
+	}
+	kcKeyDER, err := x509.MarshalECPrivateKey(kcKey)
+	if err != nil {
+		return nil, fmt.Errorf("encoding kubelet client key: %w", err)
+	}
+
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generating service-account key: %w", err)
@@ -99,6 +125,9 @@ func newPKI(listenIP, firstServiceIP netip.Addr, now time.Time) (*pki, error) {
 		servingKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: srvKeyDER}),
 		saKey:       pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saKeyDER}),
 		saPub:       pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}),
+
+		kubeletClientCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kcDER}),
+		kubeletClientKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kcKeyDER}),
 	}, nil
 }
 

@@ -98,6 +98,23 @@ func TestNewPKI(t *testing.T) {
 			if sk, err := x509.ParseECPrivateKey(kb.Bytes); err != nil || !sk.PublicKey.Equal(srv.PublicKey) {
 				t.Errorf("serving key does not match the serving certificate (err %v)", err)
 			}
+
+			// kube-apiserver's client certificate towards kubelets: a
+			// system:masters client that a kubelet trusting the CA accepts.
+			kc := decodeCert(t, p.kubeletClientCert)
+			if _, err := kc.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				t.Errorf("kubelet client certificate does not verify as a client: %v", err)
+			}
+			if kc.Subject.CommonName != "kube-apiserver-kubelet-client" || !slices.Equal(kc.Subject.Organization, []string{"system:masters"}) {
+				t.Errorf("kubelet client certificate subject = %v", kc.Subject)
+			}
+			kb, _ = pem.Decode(p.kubeletClientKey)
+			if kb == nil {
+				t.Fatal("kubelet client key is not PEM")
+			}
+			if ck, err := x509.ParseECPrivateKey(kb.Bytes); err != nil || !ck.PublicKey.Equal(kc.PublicKey) {
+				t.Errorf("kubelet client key does not match its certificate (err %v)", err)
+			}
 		})
 	}
 }

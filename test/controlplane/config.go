@@ -52,6 +52,15 @@ type Options struct {
 	ServiceClusterIPRange string
 	// ServiceNodePortRange is --service-node-port-range. Default 30000-32767.
 	ServiceNodePortRange string
+	// AuthorizationModes is --authorization-mode. Default "RBAC".
+	AuthorizationModes string
+	// EndpointReconcilerType is --endpoint-reconciler-type. Default "none"
+	// (no kubelets: the kubernetes Service's endpoints stay out of the way);
+	// a cluster with nodes wants "lease".
+	EndpointReconcilerType string
+	// Users are more identities of --token-auth-file (kubelets, controllers),
+	// each with a random token (ControlPlane.UserKubeconfig).
+	Users []User
 	// ExtraAPIServerArgs are appended to kube-apiserver's arguments (a later
 	// flag wins over an earlier one).
 	ExtraAPIServerArgs []string
@@ -126,6 +135,24 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ServiceNodePortRange == "" {
 		o.ServiceNodePortRange = "30000-32767"
 	}
+	if o.AuthorizationModes == "" {
+		o.AuthorizationModes = "RBAC"
+	}
+	if o.EndpointReconcilerType == "" {
+		o.EndpointReconcilerType = "none"
+	}
+	seen := map[string]bool{AdminUser: true, KproxyUser: true}
+	for _, u := range o.Users {
+		if u.Name == "" || strings.ContainsAny(u.Name, ",\"\n") || seen[u.Name] {
+			errs = append(errs, fmt.Errorf("Users: %q is empty, repeated or holds a comma, quote or newline", u.Name))
+		}
+		seen[u.Name] = true
+		for _, g := range u.Groups {
+			if g == "" || strings.ContainsAny(g, ",\"\n") {
+				errs = append(errs, fmt.Errorf("Users: %s: group %q is empty or holds a comma, quote or newline", u.Name, g))
+			}
+		}
+	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 2 * time.Minute
 	}
@@ -158,12 +185,16 @@ func (l layout) servingCert() string     { return l.path("apiserver.crt") }
 func (l layout) servingKey() string      { return l.path("apiserver.key") }
 func (l layout) saKey() string           { return l.path("sa.key") }
 func (l layout) saPub() string           { return l.path("sa.pub") }
-func (l layout) tokens() string          { return l.path("tokens.csv") }
-func (l layout) auditPolicy() string     { return l.path("audit-policy.yaml") }
-func (l layout) auditLog() string        { return l.path("audit.log") }
-func (l layout) etcdData() string        { return l.path("etcd-data") }
-func (l layout) certDir() string         { return l.path("apiserver-certs") }
-func (l layout) log(name string) string  { return l.path(name + ".log") }
+func (l layout) kubeletClientCert() string {
+	return l.path("apiserver-kubelet-client.crt")
+}
+func (l layout) kubeletClientKey() string { return l.path("apiserver-kubelet-client.key") }
+func (l layout) tokens() string           { return l.path("tokens.csv") }
+func (l layout) auditPolicy() string      { return l.path("audit-policy.yaml") }
+func (l layout) auditLog() string         { return l.path("audit.log") }
+func (l layout) etcdData() string         { return l.path("etcd-data") }
+func (l layout) certDir() string          { return l.path("apiserver-certs") }
+func (l layout) log(name string) string   { return l.path(name + ".log") }
 
 func (o Options) etcdClientURL() string {
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(o.EtcdClientPort))
@@ -206,17 +237,17 @@ func apiserverArgs(o Options, l layout) []string {
 		"--tls-cert-file=" + l.servingCert(),
 		"--tls-private-key-file=" + l.servingKey(),
 		"--client-ca-file=" + l.caCert(),
+		"--kubelet-client-certificate=" + l.kubeletClientCert(),
+		"--kubelet-client-key=" + l.kubeletClientKey(),
 		"--cert-dir=" + l.certDir(),
 		"--token-auth-file=" + l.tokens(),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + o.AuthorizationModes,
 		"--service-cluster-ip-range=" + o.ServiceClusterIPRange,
 		"--service-node-port-range=" + o.ServiceNodePortRange,
 		"--service-account-key-file=" + l.saPub(),
 		"--service-account-signing-key-file=" + l.saKey(),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		// No kubelets and no second apiserver: keep the kubernetes Service's
-		// endpoints out of the way instead of pointing them at ListenIP.
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + o.EndpointReconcilerType,
 		"--audit-policy-file=" + l.auditPolicy(),
 		"--audit-log-path=" + l.auditLog(),
 		// Blocking mode writes each event before the response goes out, so an
@@ -257,9 +288,20 @@ const (
 	KproxyUser = "system:serviceaccount:kube-system:kproxy"
 )
 
+// User is an identity of the token file beyond Admin and Kproxy.
+type User struct {
+	Name   string
+	Groups []string
+}
+
 // tokenFile renders --token-auth-file: token,user,uid,"group1,group2".
-func tokenFile(adminToken, kproxyToken string) []byte {
-	return []byte(fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n",
+// users and userTokens are parallel.
+func tokenFile(adminToken, kproxyToken string, users []User, userTokens []string) []byte {
+	out := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n",
 		adminToken, AdminUser, "uid-kproxy-test-admin",
-		kproxyToken, KproxyUser, "uid-kproxy"))
+		kproxyToken, KproxyUser, "uid-kproxy")
+	for i, u := range users {
+		out += fmt.Sprintf("%s,%s,uid-%s,\"%s\"\n", userTokens[i], u.Name, strings.ReplaceAll(u.Name, ":", "-"), strings.Join(u.Groups, ","))
+	}
+	return []byte(out)
 }

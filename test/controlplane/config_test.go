@@ -194,10 +194,35 @@ func TestServerArgs(t *testing.T) {
 }
 
 func TestTokenFile(t *testing.T) {
-	got := string(tokenFile("AAA", "BBB"))
+	got := string(tokenFile("AAA", "BBB", []User{{Name: "system:node:node1", Groups: []string{"system:nodes", "system:authenticated"}}}, []string{"CCC"}))
 	want := "AAA,kproxy-test-admin,uid-kproxy-test-admin,\"system:masters\"\n" +
-		"BBB,system:serviceaccount:kube-system:kproxy,uid-kproxy,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n"
+		"BBB,system:serviceaccount:kube-system:kproxy,uid-kproxy,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n" +
+		"CCC,system:node:node1,uid-system-node-node1,\"system:nodes,system:authenticated\"\n"
 	if got != want {
 		t.Errorf("tokenFile =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestUsersValidated: a user name or group that would break the token
+// file's CSV, or a repeated name, is refused.
+func TestUsersValidated(t *testing.T) {
+	base := Options{Binaries: Binaries{Etcd: "e", KubeAPIServer: "a"}, AllowCurrentNamespace: true}
+	for _, users := range [][]User{
+		{{Name: ""}},
+		{{Name: "a,b"}},
+		{{Name: "x"}, {Name: "x"}},
+		{{Name: AdminUser}},
+		{{Name: "x", Groups: []string{"g\"h"}}},
+	} {
+		o := base
+		o.Users = users
+		if _, err := o.withDefaults(); err == nil {
+			t.Errorf("Users %+v accepted", users)
+		}
+	}
+	o := base
+	o.Users = []User{{Name: "system:kube-scheduler"}}
+	if got, err := o.withDefaults(); err != nil || got.AuthorizationModes != "RBAC" || got.EndpointReconcilerType != "none" {
+		t.Errorf("withDefaults = %+v, %v; want RBAC and none by default", got, err)
 	}
 }

@@ -31,9 +31,16 @@ type ControlPlane struct {
 	// AdminToken and KproxyToken are the bearer tokens of Admin and Kproxy.
 	AdminToken  string
 	KproxyToken string
+	// UserTokens are the tokens of Options.Users, by name.
+	UserTokens map[string]string
 	// Dir holds certificates, tokens, etcd data, the audit log and the
 	// servers' logs (etcd.log, kube-apiserver.log).
 	Dir string
+	// CAFile, SAKeyFile and SAPubFile are the CA certificate (the kubelets'
+	// clientCAFile: it signed kube-apiserver's client certificate) and the
+	// service-account signing key pair, in Dir (kube-controller-manager
+	// takes them).
+	CAFile, SAKeyFile, SAPubFile string
 
 	opts    Options
 	files   layout
@@ -66,6 +73,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("creating control-plane directory: %w", err)
 	}
 	cp.files = layout{dir: cp.Dir}
+	cp.CAFile, cp.SAKeyFile, cp.SAPubFile = cp.files.caCert(), cp.files.saKey(), cp.files.saPub()
 
 	// Start always makes a new cluster: no data or audit events from an
 	// earlier run in the same Dir.
@@ -99,6 +107,16 @@ func (cp *ControlPlane) writeFiles(svcIP netip.Addr) error {
 		return err
 	}
 	cp.CAPEM = p.caCert
+	cp.UserTokens = map[string]string{}
+	var userTokens []string
+	for _, u := range cp.opts.Users {
+		tok, err := randomToken()
+		if err != nil {
+			return err
+		}
+		cp.UserTokens[u.Name] = tok
+		userTokens = append(userTokens, tok)
+	}
 	for _, f := range []struct {
 		path string
 		data []byte
@@ -109,7 +127,9 @@ func (cp *ControlPlane) writeFiles(svcIP netip.Addr) error {
 		{cp.files.servingKey(), p.servingKey, 0o600},
 		{cp.files.saKey(), p.saKey, 0o600},
 		{cp.files.saPub(), p.saPub, 0o644},
-		{cp.files.tokens(), tokenFile(cp.AdminToken, cp.KproxyToken), 0o600},
+		{cp.files.kubeletClientCert(), p.kubeletClientCert, 0o644},
+		{cp.files.kubeletClientKey(), p.kubeletClientKey, 0o600},
+		{cp.files.tokens(), tokenFile(cp.AdminToken, cp.KproxyToken, cp.opts.Users, userTokens), 0o600},
 		{cp.files.auditPolicy(), []byte(auditPolicy), 0o644},
 	} {
 		if err := os.WriteFile(f.path, f.data, f.mode); err != nil {

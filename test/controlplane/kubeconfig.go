@@ -20,6 +20,16 @@ func (cp *ControlPlane) Token(id Identity) (string, error) {
 	}
 }
 
+// UserKubeconfig renders a kubeconfig file for one of Options.Users, as
+// Kubeconfig does for an Identity.
+func (cp *ControlPlane) UserKubeconfig(name string) ([]byte, error) {
+	token, ok := cp.UserTokens[name]
+	if !ok {
+		return nil, fmt.Errorf("no control-plane user %q (Options.Users)", name)
+	}
+	return cp.kubeconfig(name, token)
+}
+
 // Kubeconfig renders a kubeconfig file for id: one cluster (URL, CA data),
 // one user (bearer token), one current context. A process in a namespace that
 // can route to ListenIP uses it as is (kproxy --kubeconfig).
@@ -28,8 +38,11 @@ func (cp *ControlPlane) Kubeconfig(id Identity) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return cp.kubeconfig(string(id), token)
+}
+
+func (cp *ControlPlane) kubeconfig(user, token string) ([]byte, error) {
 	const cluster = "kproxy-test"
-	user := string(id)
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthorityData: cp.CAPEM}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
@@ -37,7 +50,7 @@ func (cp *ControlPlane) Kubeconfig(id Identity) ([]byte, error) {
 	cfg.CurrentContext = user
 	out, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return nil, fmt.Errorf("rendering kubeconfig for %s: %w", id, err)
+		return nil, fmt.Errorf("rendering kubeconfig for %s: %w", user, err)
 	}
 	return out, nil
 }

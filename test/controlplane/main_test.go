@@ -47,20 +47,28 @@ func TestMain(m *testing.M) {
 	}
 }
 
-// fakeGo implements "build ... -o OUT PKG" by writing a description of the
+// fakeGo implements "build ... -o OUT PKG" (and "test -c ...") by writing a description of the
 // request into OUT.
 func fakeGo(args []string) int {
-	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintf(os.Stderr, "fake go: want build, got %q\n", args)
+	verb := ""
+	switch {
+	case len(args) > 0 && args[0] == "build":
+		verb, args = "build", args[1:]
+	case len(args) > 1 && args[0] == "test" && args[1] == "-c":
+		verb, args = "test -c", args[2:]
+	default:
+		fmt.Fprintf(os.Stderr, "fake go: want build or test -c, got %q\n", args)
 		return 2
 	}
-	var out, ldflags string
-	for i := 1; i < len(args)-1; i++ {
+	var out, ldflags, tags string
+	for i := 0; i < len(args)-1; i++ {
 		switch args[i] {
 		case "-o":
 			out = args[i+1]
 		case "-ldflags":
 			ldflags = args[i+1]
+		case "-tags":
+			tags = args[i+1]
 		}
 	}
 	if out == "" {
@@ -73,6 +81,8 @@ func fakeGo(args []string) int {
 	}
 	wd, _ := os.Getwd()
 	desc := strings.Join([]string{
+		"verb=" + verb,
+		"tags=" + tags,
 		"dir=" + filepath.ToSlash(wd),
 		"pkg=" + args[len(args)-1],
 		"ldflags=" + ldflags,

@@ -115,7 +115,7 @@ func TestStartFailures(t *testing.T) {
 			wantText: []string{"CommandPrefix is empty"}},
 		{name: "server exits", fake: "exit",
 			wantText: []string{"etcd exited before it was ready", "fake server: cannot start", "test dialer: unreachable"}},
-		{name: "server never ready", fake: "sleep", opts: func(o *Options) { o.ReadyTimeout = 500 * time.Millisecond },
+		{name: "server never ready", fake: "sleep", opts: func(o *Options) { o.ReadyTimeout = 3 * time.Second }, // time for the fake to print at any load
 			wantText: []string{"etcd not ready", "deadline exceeded", "fake server: waiting"}},
 		{name: "missing binary", opts: func(o *Options) { o.Binaries.Etcd = filepath.Join(t.TempDir(), "nope") },
 			wantText: []string{"starting etcd"}},

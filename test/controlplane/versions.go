@@ -12,4 +12,10 @@ const (
 	// StagingVersion is the version of the k8s.io staging modules (k8s.io/api,
 	// k8s.io/apiserver, ...) that matches KubernetesVersion.
 	StagingVersion = "v0.37.2"
+	// ContainerdVersion is the github.com/containerd/containerd/v2 version of
+	// modules/containerd (make cluster's container runtime).
+	ContainerdVersion = "v2.4.2"
+	// CoreDNSVersion is the github.com/coredns/coredns version of
+	// modules/coredns: the one kubeadm v1.37 installs.
+	CoreDNSVersion = "v1.14.6"
 )

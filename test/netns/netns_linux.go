@@ -127,7 +127,7 @@ func create(ctx context.Context, name string) (*NS, error) {
 }
 
 // Open returns the harness namespace called name, created earlier by this
-// or another process (make cluster's daemon, for a shell or kubectl run
+// or another process (make netns-cluster's daemon, for a shell or kubectl run
 // inside it), after the checks every operation makes: a harness name, an
 // existing namespace, neither this process's nor PID 1's.
 func Open(name string) (*NS, error) {
@@ -346,7 +346,7 @@ var clusterID = regexp.MustCompile(`^` + Prefix + `\d+-[0-9a-f]+$`)
 // RemoveCluster deletes the namespaces of one Cluster (named "<id>-<host>")
 // that its creating process left behind, killing any process still inside
 // them, and returns the names it deleted. Unlike Sweep it does not look at
-// the creator: the caller must have stopped it (make cluster-down, after the
+// the creator: the caller must have stopped it (make netns-cluster-down, after the
 // daemon that owned the Cluster exited).
 func RemoveCluster(ctx context.Context, id string) ([]string, error) {
 	if !clusterID.MatchString(id) {

@@ -1,16 +1,20 @@
 // Command build pre-builds the control-plane binaries (etcd, kube-apiserver,
-// and upstream kube-proxy for the drop-in tests) into the cache directory so
-// that later test runs start in seconds:
+// upstream kube-proxy for the drop-in tests, kubectl) into the cache
+// directory so that later test runs start in seconds:
 //
-//	go run ./test/controlplane/build
+//	go run ./test/controlplane/build            # make controlplane
+//	go run ./test/controlplane/build -cluster   # make cluster-binaries: also kubelet,
+//	                                            # the controllers, containerd, CoreDNS,
+//	                                            # e2e.test, ginkgo and the test images' programs
 //
 // It prints where the binaries are and how long each build took. Run it from
-// anywhere inside the kproxy repository; KPROXY_CONTROLPLANE_CACHE moves the
-// cache (see the controlplane package).
+// anywhere inside the kproxy repository; KPROXY_CONTROLPLANE_CACHE and
+// KPROXY_CLUSTER_CACHE move the caches (see the controlplane package).
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,6 +24,8 @@ import (
 )
 
 func main() {
+	cluster := flag.Bool("cluster", false, "also build the binaries of make cluster and make conformance")
+	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -32,12 +38,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
 		os.Exit(1)
 	}
-	for _, r := range bins.Results {
+	results := bins.Results
+	if *cluster {
+		cb, err := controlplane.EnsureCluster(ctx, controlplane.BuildOptions{Logf: logf})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
+			os.Exit(1)
+		}
+		results = append(results, cb.Results...)
+	}
+	for _, r := range results {
 		state := "cached"
 		if r.Built {
 			state = "built in " + r.Duration.Round(100*time.Millisecond).String()
 		}
-		fmt.Printf("%-15s %-30s %6.1f MB  %s\n", r.Name, state, float64(r.Size)/1e6, r.Path)
+		fmt.Printf("%-24s %-22s %6.1f MB  %s\n", r.Name, state, float64(r.Size)/1e6, r.Path)
 	}
 	fmt.Printf("total %s\n", time.Since(start).Round(100*time.Millisecond))
 }

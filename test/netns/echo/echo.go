@@ -14,7 +14,7 @@
 // HTTP: a TCP connection whose first line is an HTTP/1.x request line
 // ("GET / HTTP/1.1") gets one HTTP/1.1 200 response whose body is that JSON
 // line (echo: the method and target), then the connection is closed, so
-// curl works against a pod or a Service (make cluster).
+// curl works against a pod or a Service (make netns-cluster).
 package echo
 
 import (
