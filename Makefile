@@ -206,7 +206,9 @@ cluster-binaries: controlplane
 # node network, authorized only by deploy/'s RBAC: Services and
 # EndpointSlices through the API reach the kernel, a 60 s API-server outage,
 # a new cluster behind the same address, node deletion and /healthz,
-# objects kproxy cannot fully use. Then make netns-cluster as README
+# objects kproxy cannot fully use; the drop-in tests and the randomized
+# differential's fixed seeds against upstream kube-proxy (test/differential,
+# both modes). Then make netns-cluster as README
 # uses it (test/nscluster): make netns-cluster, kubectl apply of the example
 # Service, curl of its ClusterIP from a pod on each node (iptables and
 # nftables) and of its NodePort from outside, make netns-cluster-down,
@@ -214,7 +216,25 @@ cluster-binaries: controlplane
 # Root; skips without it, fails under CI=true.
 
 test-integration: controlplane
-	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./test/integration/ ./test/nscluster/
+	KPROXY_KERNEL_TESTS=1 $(GO) test -race -count=1 -p 1 -timeout 20m ./test/integration/ ./test/nscluster/ ./test/differential/
+
+# test-differential: issue 27's randomized differential against upstream
+# kube-proxy v1.37.2 (test/differential) on fresh seeds, for long runs:
+# SEEDS random ones, or SEED=a,b,... to run given seeds again (a failing
+# seed prints this line); MODE=iptables or nftables for one mode (default
+# both, each proxy in the same mode). make test runs its fixed seeds
+# (test-integration). Root; the summary goes to .build/differential.txt
+# (docs/compatibility.md has the latest). Example:
+# make test-differential SEEDS=50 MODE=nftables
+SEEDS ?= 50
+MODE  ?= iptables,nftables
+SEED  ?=
+.PHONY: test-differential
+test-differential: controlplane
+	@mkdir -p .build
+	KPROXY_KERNEL_TESTS=1 $(GO) test -v -count=1 -timeout 600m -run '^TestRandomDifferential$$' ./test/differential/ -args \
+		$(if $(SEED),-differential.seeds=$(SEED),-differential.fresh=$(SEEDS)) -differential.modes=$(MODE) \
+		-differential.report=$(CURDIR)/.build/differential.txt
 
 # bench-cluster: BENCH_SERVICES Services × 10 endpoints loaded through the
 # API, then kproxy's start-to-programmed time, one endpoint change, RSS,

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kproxy/kproxy/test/differential"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/netns/echo"
@@ -378,17 +379,13 @@ func testDropInSwap(t *testing.T, mode string, viaConfig bool) {
 	}
 }
 
-// intentionalDifferences are the behaviour-table rows where kproxy
-// deliberately answers differently from upstream kube-proxy v1.37.2, with
-// the reason (docs/compatibility.md, "kube-proxy compatibility").
-var intentionalDifferences = map[string]string{}
-
 // TestDifferential runs the traffic rows of the shared behaviour table
 // (test/proxytest) against upstream kube-proxy v1.37.2 and against kproxy,
 // on the same topology and API server, one configuration at a time, with
 // the same arguments. kproxy must pass every row; kube-proxy must answer
-// every row the same way (pass it too) except the rows listed in
-// intentionalDifferences.
+// every row the same way (pass it too), unless the outcomes of both, probed
+// as the randomized differential probes (test/differential), match one of
+// its documented differences (the same list, docs/compatibility.md).
 func TestDifferential(t *testing.T) {
 	tb, err := proxytest.New()
 	if err != nil {
@@ -425,7 +422,18 @@ func TestDifferential(t *testing.T) {
 					rows = append(rows, r)
 				}
 			}
-			run := func(binary, what string) map[string]error {
+			probes := map[string]differential.Probe{}
+			cases := map[string]differential.Case{}
+			var list []differential.Probe
+			for _, r := range rows {
+				p, c, err := differential.RowProbe(d.top, r, "iptables")
+				if err != nil {
+					t.Fatal(err)
+				}
+				probes[r.Name], cases[r.Name] = p, c
+				list = append(list, p)
+			}
+			run := func(binary, what string) (map[string]error, map[string]differential.Result) {
 				p := d.Proxy(binary, "", d.logDir)
 				p.Config = cfg
 				t.Cleanup(func() {
@@ -448,34 +456,38 @@ func TestDifferential(t *testing.T) {
 				for _, res := range d.Cluster.RunRows(ctx, rows, netns.RowOptions{}) {
 					out[res.Row.Name] = res.Err
 				}
+				results := (&differential.Runner{Cluster: d.Cluster}).ProbeAll(ctx, list)
 				if t.Failed() {
 					t.Logf("%s output:\n%s", what, e2e.LastLines(e2e.WithoutDumps(p.Process().Output()), 40))
 				}
 				d.stopProxy(p, what)
-				return out
+				return out, results
 			}
-			kx := run(kproxyBin, "kproxy")
+			kx, kxRes := run(kproxyBin, "kproxy")
 			// Start kube-proxy from a clean node, as on a new node.
 			if out, err := d.Cluster.Exec(ctx, proxytest.Node1, kproxyBin, "--cleanup", "--hostname-override", proxytest.Node1); err != nil {
 				t.Fatalf("kproxy --cleanup: %v\n%s", err, out)
 			}
-			kp := run(d.kubeProxy, "kube-proxy")
+			kp, kpRes := run(d.kubeProxy, "kube-proxy")
 			same, diff := 0, 0
 			for _, r := range rows {
 				kxErr, kpErr := kx[r.Name], kp[r.Name]
 				if kxErr != nil {
 					t.Errorf("%s: kproxy fails the row: %v", r.Name, kxErr)
 				}
-				switch {
-				case kpErr == nil:
+				if kpErr == nil {
 					same++
-				case intentionalDifferences[r.Name] != "":
-					diff++
-					t.Logf("%s: intentional difference (%s): kube-proxy: %v", r.Name, intentionalDifferences[r.Name], kpErr)
-				default:
-					diff++
-					t.Errorf("%s: kube-proxy v1.37.2 answers differently (not a documented difference): %v\n  semantic: %s", r.Name, kpErr, r.Case.Semantic)
+					continue
 				}
+				diff++
+				key := probes[r.Name].Key()
+				up, own := kpRes[key], kxRes[key]
+				if why := differential.Intended(cases[r.Name], probes[r.Name], up, own); why != nil {
+					t.Logf("%s: documented difference %q (%s): kube-proxy: %v", r.Name, why.Name, why.Reason, kpErr)
+					continue
+				}
+				t.Errorf("%s: kube-proxy v1.37.2 answers differently (not a documented difference): %v\n  semantic: %s\n"+
+					"  probed again: kube-proxy %s; kproxy %s", r.Name, kpErr, r.Case.Semantic, up.Outcome(), own.Outcome())
 			}
 			t.Logf("%d rows: %d answered the same by kube-proxy and kproxy, %d differently", len(rows), same, diff)
 		})

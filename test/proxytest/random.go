@@ -88,7 +88,8 @@ var RandomPods = []string{PodA1, PodA2, PodB1, PodB2, PodB3}
 // and internal traffic policies; sessionAffinity ClientIP;
 // publishNotReadyAddresses; trafficDistribution PreferClose with zone
 // hints (on every endpoint, some or none); 1 to 3 ports, TCP or UDP,
-// named or not, NodePorts sometimes shared between a TCP and a UDP port.
+// named or not, a number sometimes in both protocols (sharing a NodePort
+// or not).
 // Per endpoint: a pod of either node, ready, not ready, serving and/or
 // terminating (conditions unset sometimes), its node name left out
 // sometimes. Per family: one to three slices, an endpoint sometimes in two
@@ -184,7 +185,16 @@ func (g *generator) service(name string, index int) (*v1.Service, string) {
 			proto = v1.ProtocolUDP
 		}
 		var num int32
-		for {
+		// Sometimes the previous port's number in the other protocol
+		// (53/TCP and 53/UDP), which may share its NodePort.
+		samePort := false
+		if j > 0 && g.pct(25) {
+			prev := svc.Spec.Ports[j-1]
+			if other := otherProtocol(prev.Protocol); !used[fmt.Sprint(other, prev.Port)] {
+				proto, num, samePort = other, prev.Port, true
+			}
+		}
+		for !samePort {
 			num = randomPortNumbers[g.r.IntN(len(randomPortNumbers))]
 			if !used[fmt.Sprint(proto, num)] {
 				break
@@ -198,9 +208,9 @@ func (g *generator) service(name string, index int) (*v1.Service, string) {
 		sp := v1.ServicePort{Name: pname, Protocol: proto, Port: num, TargetPort: intstr.FromInt32(EchoPort)}
 		if typ != v1.ServiceTypeClusterIP {
 			sp.NodePort = int32(NodePortBase + RandomIndexes*index + j)
-			// Same number as the previous port of the other protocol.
-			if j > 0 && svc.Spec.Ports[j-1].Protocol != proto && g.pct(25) &&
-				(j < 2 || svc.Spec.Ports[j-2].NodePort != svc.Spec.Ports[j-1].NodePort) {
+			// The API server lets ports of one number (53/TCP, 53/UDP)
+			// share a NodePort, and no other two.
+			if samePort && g.pct(60) {
 				sp.NodePort = svc.Spec.Ports[j-1].NodePort
 			}
 		}

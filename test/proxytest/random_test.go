@@ -166,7 +166,14 @@ func checkRandomService(t *testing.T, top *Topology, seed uint64, svc *v1.Servic
 				fail("NodePort %s twice", k)
 			}
 			nodePorts[k] = true
-			count(j > 0 && svc.Spec.Ports[j-1].NodePort == p.NodePort, "sharedNodePort")
+			for _, q := range svc.Spec.Ports[:j] {
+				if q.NodePort == p.NodePort {
+					seen["sharedNodePort"]++
+					if q.Port != p.Port {
+						fail("ports %d and %d share NodePort %d (the API server refuses that)", q.Port, p.Port, p.NodePort)
+					}
+				}
+			}
 		}
 	}
 	if len(slices) == 0 {
