@@ -67,13 +67,17 @@ func newBehaviourEnv(t *testing.T, tb *proxytest.Table, pc proxytest.Config, sna
 	e.node.Localhost = fam == v1.IPv4Protocol && cfg.LocalhostNodePorts &&
 		(e.node.NodePortsAll || slices.ContainsFunc(e.node.NodePortIPs, netip.Addr.IsLoopback))
 
-	view := snap.Family(fam)
-	for _, sp := range view.Sorted() {
-		p, problems := intent.Build(e.icfg, sp, nil)
-		if p == nil || len(problems) > 0 {
-			t.Fatalf("%s %s: %s: %v", pc, fam, sp.Name, problems)
+	// The ports' intent as pkg/app builds it: one View, frontend ownership
+	// decided across the Services.
+	view := intent.NewBuilder(fam).Build(intent.Input{Config: e.icfg, Ports: snap.Family(fam), Node: snap.Node,
+		LocalAddrs: local, Changes: proxy.Changes{Full: true}})
+	for _, u := range view.Problems() {
+		if u.Reason != intent.ReasonFrontendConflict || !tb.Contender(u.Service.Namespace, u.Service.Name) {
+			t.Fatalf("%s %s: %s: %v", pc, fam, u.Service, u)
 		}
-		e.ports[sp.Name] = p
+	}
+	for _, p := range view.Sorted() {
+		e.ports[p.Name] = p
 	}
 	rd, err := nftables.NewRenderer(cfg)
 	if err != nil {
