@@ -21,6 +21,10 @@ type Case struct {
 	// UpstreamIn holds upstream's result of the probe by mode, for the
 	// modes that ran (this one included).
 	UpstreamIn map[string]Result
+	// Contenders are the other Services that claim the probe's frontend
+	// (the behaviour table's shared-frontend cases; random cases share
+	// none).
+	Contenders []*v1.Service
 }
 
 // Difference is one documented way kproxy answers a probe differently
@@ -41,6 +45,22 @@ type Difference struct {
 // mirrored in docs/compatibility.md ("Traffic differences from upstream");
 // a difference of outcomes that no entry matches fails the differential.
 var intentionalDifferences = []Difference{
+	{
+		Name: "shared-frontend-owner",
+		Reason: "when two Services claim one externalIP or LoadBalancer IP and port, kproxy gives it to the " +
+			"first by name and reports the other (Warning FrontendConflict); upstream's winner is the order of its " +
+			"rules, which follows its map iteration and varies by protocol, family and restart",
+		Match: func(c Case, p Probe, up, kx Result) bool {
+			if len(c.Contenders) == 0 || (p.Frontend != ExternalIP && p.Frontend != LoadBalancerIP) {
+				return false
+			}
+			answered := false
+			for _, f := range up.Facets {
+				answered = answered || strings.HasPrefix(f, "answer ")
+			}
+			return answered
+		},
+	},
 	{
 		Name: "tcp-reject-with-reset",
 		Reason: "kproxy rejects TCP with a reset where upstream sends an ICMP port unreachable " +

@@ -331,5 +331,11 @@ func RowProbe(top *proxytest.Topology, row proxytest.Row, mode string) (Probe, C
 		From: row.From, Affinity: svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP, Addresses: 1,
 		Candidates: Candidates(slices, *sp, row.Family),
 	}
-	return p, Case{Mode: mode, Service: svc, Slices: slices}, nil
+	c := Case{Mode: mode, Service: svc, Slices: slices}
+	for _, n := range row.Case.Contenders {
+		if o, ok := row.Case.Service(n); ok && n != svc.Name {
+			c.Contenders = append(c.Contenders, o)
+		}
+	}
+	return p, c, nil
 }

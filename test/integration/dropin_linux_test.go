@@ -482,6 +482,14 @@ func TestDifferential(t *testing.T) {
 				diff++
 				key := probes[r.Name].Key()
 				up, own := kpRes[key], kxRes[key]
+				if up.Outcome() == own.Outcome() {
+					// The row's own probe saw upstream differ, the
+					// differential's probe of the same row did not: what
+					// the randomized differential calls a difference seen
+					// once (it fails only what differs twice).
+					t.Logf("%s: kube-proxy failed the row once (%v), but answered as kproxy when probed again: %s", r.Name, kpErr, up.Outcome())
+					continue
+				}
 				if why := differential.Intended(cases[r.Name], probes[r.Name], up, own); why != nil {
 					t.Logf("%s: documented difference %q (%s): kube-proxy: %v", r.Name, why.Name, why.Reason, kpErr)
 					continue

@@ -21,6 +21,17 @@ type Difference struct {
 // Differences are every intended difference, in the order they are tried.
 var Differences = []Difference{
 	{
+		ID: "shared-frontend-owner",
+		Reason: "when two Services claim one externalIP or LoadBalancer IP and port, kproxy gives it to the first " +
+			"by name and reports the other (Warning FrontendConflict); upstream keeps whichever load balancer it " +
+			"created first for that frontend, which follows its map iteration",
+		match: func(c *stepContext, d Diff) bool {
+			owner := c.firstClaimant(d)
+			kp, _ := d.Kproxy.(LB)
+			return owner != nil && sameButEndpoints(d) && c.endpointsOf(owner, kp.Endpoints)
+		},
+	},
+	{
 		ID: "terminating-fallback",
 		Reason: "kproxy falls back to serving terminating endpoints for every Service (the shared cache, as on Linux); " +
 			"upstream only for LoadBalancer Services, so it programs no load balancer when a ClusterIP or NodePort " +
@@ -244,4 +255,57 @@ func (c *stepContext) isHealthCheck(l LB) bool {
 	root := c.facts.Local[RootEndpoint]
 	return len(l.Endpoints) == 1 && root.IsValid() && l.Endpoints[0] == root.String() && l.ExternalPort == l.InternalPort &&
 		len(l.FrontendVIPs) == 1
+}
+
+// firstClaimant returns, when two or more of the step's Services list the
+// externalIP or LoadBalancer IP and port of d's load balancer, the first
+// of them by name; nil otherwise.
+func (c *stepContext) firstClaimant(d Diff) *v1.Service {
+	l, ok := lbOf(d)
+	if !ok || len(l.FrontendVIPs) == 0 {
+		return nil
+	}
+	proto := map[uint32]v1.Protocol{6: v1.ProtocolTCP, 17: v1.ProtocolUDP, 132: v1.ProtocolSCTP}[l.Protocol]
+	vip := l.FrontendVIPs[0]
+	var claims []*v1.Service
+	for _, svc := range c.step.Services {
+		ips := slices.Clone(svc.Spec.ExternalIPs)
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			ips = append(ips, in.IP)
+		}
+		if !slices.Contains(ips, vip) {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if p.Protocol == proto && p.Port == int32(l.ExternalPort) {
+				claims = append(claims, svc)
+				break
+			}
+		}
+	}
+	if len(claims) < 2 {
+		return nil
+	}
+	return slices.MinFunc(claims, func(a, b *v1.Service) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+}
+
+// endpointsOf reports whether every address of eps is an endpoint address
+// of svc's EndpointSlices in the step.
+func (c *stepContext) endpointsOf(svc *v1.Service, eps []string) bool {
+	have := map[string]bool{}
+	for _, sl := range c.slices[svc.Name] {
+		for _, e := range sl.Endpoints {
+			for _, a := range e.Addresses {
+				have[a] = true
+			}
+		}
+	}
+	for _, e := range eps {
+		if !have[e] {
+			return false
+		}
+	}
+	return len(eps) > 0
 }
