@@ -179,7 +179,7 @@ func headingAnchors(text string) map[string]bool {
 // its own flag set (fs.String("name", ...), fs.StringVar(&v, "name", ...)).
 func subcommandFlags(t *testing.T, file string) map[string]bool {
 	t.Helper()
-	re := regexp.MustCompile(`fs\.\w+\((?:&[\w.]+, )?"([a-z][a-z0-9-]*)"(?:, "([a-z])")?`)
+	re := regexp.MustCompile(`(?:fs|own)\.\w+\((?:&[\w.]+, )?"([a-z][a-z0-9-]*)"(?:, "([a-z])")?`)
 	out := map[string]bool{}
 	for _, m := range re.FindAllStringSubmatch(readDoc(t, filepath.Join("..", "cmd", "kproxy", file)), -1) {
 		out[m[1]] = true
