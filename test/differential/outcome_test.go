@@ -324,8 +324,10 @@ func TestDifferences(t *testing.T) {
 			[]Attempt{answer("pod-a1", "client-1")}, []Attempt{rst}, ""},
 		{"node to an external address", Case{Mode: "iptables"}, tcpNode, []Attempt{timeout}, []Attempt{rst}, "node-to-external-address-without-endpoints"},
 		{"not in the nftables mode", Case{Mode: "nftables"}, tcpNode, []Attempt{timeout}, []Attempt{rst}, ""},
-		{"node UDP EPERM", Case{Mode: "nftables"}, Probe{Protocol: v1.ProtocolUDP, From: proxytest.Node1, Frontend: NodePort},
-			[]Attempt{icmp}, []Attempt{eperm}, "node-udp-eperm"},
+		{"node UDP EPERM on its own NodePort is a difference", Case{Mode: "nftables"}, Probe{Protocol: v1.ProtocolUDP, From: proxytest.Node1, Frontend: NodePort},
+			[]Attempt{icmp}, []Attempt{eperm}, ""},
+		{"node UDP EPERM to an externalIP", Case{Mode: "iptables"}, Probe{Protocol: v1.ProtocolUDP, From: proxytest.Node1, Frontend: ExternalIP},
+			[]Attempt{timeout}, []Attempt{eperm}, "node-udp-external-eperm"},
 		{"a drop is not a reject", Case{Mode: "nftables"}, Probe{Protocol: v1.ProtocolUDP, From: proxytest.Node1, Frontend: NodePort},
 			[]Attempt{icmp}, []Attempt{{Kind: EPERM}}, ""},
 		{"localhost NodePort as upstream's iptables mode", Case{Mode: "nftables", UpstreamIn: map[string]Result{

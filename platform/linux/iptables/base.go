@@ -95,18 +95,26 @@ func (p *planning) writeBase(w *planWriter, in Input, full bool, modeChanged [2]
 	nat = append(nat, canary.out())
 
 	// filter
+	// A connection to one of the node's own addresses (a NodePort, an
+	// externalIP or load balancer IP the node holds) is rejected or
+	// dropped on input, where the kernel delivers it, also when a process
+	// of the node sends it: in OUTPUT, a UDP sender would get EPERM from
+	// sendto, where upstream's clients get "connection refused" from the
+	// ICMP error the input path sends (issue 27). The mark set in nat
+	// OUTPUT stays on the packet through loopback.
+	rejects := func(b *builder) {
+		// TCP gets a reset: an ICMPv6 port-unreachable only fails a
+		// connect() on its retransmission a second later (ICMPv4 fails it
+		// at once), and clients of a Service without endpoints must be
+		// refused at once.
+		b.add("-p tcp", r.matchReject, "-j REJECT --reject-with tcp-reset")
+		b.add(r.matchReject, "-j REJECT --reject-with", r.rejectWith)
+		b.add(r.matchDrop, "-j DROP")
+	}
 	fw := &builder{chain: ChainFirewall}
-	// TCP gets a reset: an ICMPv6 port-unreachable only fails a connect()
-	// on its retransmission a second later (ICMPv4 fails it at once), and
-	// clients of a Service without endpoints must be refused at once.
-	fw.add("-p tcp", r.matchReject, "-j REJECT --reject-with tcp-reset")
-	fw.add(r.matchReject, "-j REJECT --reject-with", r.rejectWith)
-	fw.add(r.matchDrop, "-j DROP")
+	fw.add("-m addrtype --dst-type LOCAL -j RETURN")
+	rejects(fw)
 	if localhost {
-		// CVE-2020-8558: with route_localnet, never accept packets to
-		// 127.0.0.0/8 from elsewhere unless they are our DNATed NodePort
-		// traffic or its replies.
-		fw.add("! -s 127.0.0.0/8 -d 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
 		// A counting rule (no target) for
 		// kubeproxy_iptables_localhost_nodeports_accepted_packets_total:
 		// the first packet of each localhost NodePort connection DNATed to
@@ -116,7 +124,13 @@ func (p *planning) writeBase(w *planWriter, in Input, full bool, modeChanged [2]
 	}
 	filter = append(filter, fw.out())
 	inp := &builder{chain: ChainInput}
-	inp.add("-j", ChainFirewall)
+	rejects(inp)
+	if localhost {
+		// CVE-2020-8558: with route_localnet, never accept packets to
+		// 127.0.0.0/8 from elsewhere unless they are our DNATed NodePort
+		// traffic or its replies.
+		inp.add("! -s 127.0.0.0/8 -d 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
+	}
 	hcs := make([]int32, 0, len(p.hcPorts))
 	for port := range p.hcPorts {
 		hcs = append(hcs, port)

@@ -62,6 +62,7 @@ func (r *renderer) fixedSets() []setObj {
 		setObj{name: SetHairpin, typ: r.f.addr + " . " + r.f.addr},
 		setObj{name: SetPodCIDRs, typ: r.f.addr, flags: []knftables.SetFlag{knftables.IntervalFlag}},
 		setObj{name: SetNodePorts, typ: r.f.addr},
+		setObj{name: SetNodePortRejects, typ: "inet_proto . inet_service"},
 	)
 }
 
@@ -108,14 +109,17 @@ func (c baseChain) object() *knftables.Chain {
 func (r *renderer) fixedChains(n Node) []baseChain {
 	ip := r.f.ip
 	services := []string{ip + " daddr . meta l4proto . th dport vmap @" + MapFrontends}
+	// nodePort matches a packet to a NodePort address.
+	var nodePort string
 	switch {
 	case n.NodePortsAll && n.Localhost:
-		services = append(services, "fib daddr type local meta l4proto . th dport vmap @"+MapNodePorts)
+		nodePort = "fib daddr type local"
 	case n.NodePortsAll:
-		services = append(services, fmt.Sprintf("fib daddr type local %s daddr != %s meta l4proto . th dport vmap @%s", ip, r.f.loopback, MapNodePorts))
+		nodePort = fmt.Sprintf("fib daddr type local %s daddr != %s", ip, r.f.loopback)
 	default:
-		services = append(services, fmt.Sprintf("%s daddr @%s meta l4proto . th dport vmap @%s", ip, SetNodePorts, MapNodePorts))
+		nodePort = fmt.Sprintf("%s daddr @%s", ip, SetNodePorts)
 	}
+	services = append(services, nodePort+" meta l4proto . th dport vmap @"+MapNodePorts)
 	mark := fmt.Sprintf("0x%08x", uint32(1)<<r.cfg.MasqueradeBit)
 	masq := "masquerade"
 	if r.cfg.RandomFully {
@@ -132,6 +136,13 @@ func (r *renderer) fixedChains(n Node) []baseChain {
 			"meta mark set meta mark ^ " + mark + " " + masq,
 		}},
 		{name: ChainReject, rules: []string{
+			// A process of the node sending to one of the node's own
+			// addresses (its NodePorts) is refused on input, where the
+			// packet arrives through loopback: rejected here, in the
+			// output hook, a UDP sender would get EPERM from sendto where
+			// upstream's clients get "connection refused" (issue 27).
+			// Only the output hook knows the output interface.
+			`oifname "lo" return`,
 			// TCP gets a reset (refused at once on both families), the
 			// rest an ICMP port unreachable.
 			"meta l4proto tcp reject with tcp reset",
@@ -154,11 +165,13 @@ func (r *renderer) fixedChains(n Node) []baseChain {
 		// its replies.
 		guard = append(guard, "ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state != { established, related } ct status & dnat == 0 drop")
 	}
+	input := append(slices.Clone(guard),
+		"ct state new "+nodePort+" meta l4proto . th dport @"+SetNodePortRejects+" goto "+ChainReject)
 	out = append(out,
 		baseChain{name: ChainFilterForward, typ: knftables.FilterType, hook: knftables.ForwardHook, priority: knftables.FilterPriority,
 			rules: append(slices.Clone(guard), forward...)},
 		baseChain{name: ChainFilterInput, typ: knftables.FilterType, hook: knftables.InputHook, priority: knftables.FilterPriority,
-			rules: guard},
+			rules: input},
 	)
 	return out
 }

@@ -62,6 +62,10 @@ const (
 	SetHairpin   = "hairpin"
 	SetPodCIDRs  = "pod-cidrs"
 	SetNodePorts = "nodeport-ips"
+	// SetNodePortRejects holds the NodePorts (proto . port) whose node
+	// clients are refused: checked on input, where the packets of the
+	// node's own processes arrive through loopback (see ChainReject).
+	SetNodePortRejects = "nodeport-rejects"
 )
 
 // Family returns the nftables family of an IP family.

@@ -87,6 +87,8 @@ func schemaOf(set string) (schema, bool) {
 		return schemaHairpin, true
 	case SetNodePorts:
 		return schemaNodePortsSet, true
+	case SetNodePortRejects:
+		return schemaNodePortRejects, true
 	}
 	// The endpoint maps: <cluster|local>-<ip|np>-<tcp|udp|sctp>.
 	set, ok := strings.CutPrefix(set, "cluster-")
@@ -113,12 +115,13 @@ func schemaOf(set string) (schema, bool) {
 // The layouts schemaOf returns (shared: it runs once per run of a set's
 // elements).
 var (
-	schemaFrontends    = schema{key: []field{fieldAddr, fieldProto, fieldService}, verdict: true}
-	schemaNodePortsMap = schema{key: []field{fieldProto, fieldService}, verdict: true}
-	schemaHairpin      = schema{key: []field{fieldAddr, fieldAddr}}
-	schemaNodePortsSet = schema{key: []field{fieldAddr}}
-	schemaEndpointsIP  = schema{key: []field{fieldAddr, fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
-	schemaEndpointsNP  = schema{key: []field{fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
+	schemaFrontends       = schema{key: []field{fieldAddr, fieldProto, fieldService}, verdict: true}
+	schemaNodePortsMap    = schema{key: []field{fieldProto, fieldService}, verdict: true}
+	schemaHairpin         = schema{key: []field{fieldAddr, fieldAddr}}
+	schemaNodePortsSet    = schema{key: []field{fieldAddr}}
+	schemaNodePortRejects = schema{key: []field{fieldProto, fieldService}}
+	schemaEndpointsIP     = schema{key: []field{fieldAddr, fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
+	schemaEndpointsNP     = schema{key: []field{fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
 )
 
 // errNotEncodable says a transaction has an operation this file does not

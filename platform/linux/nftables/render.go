@@ -183,6 +183,9 @@ func (r *renderer) port(p *intent.Port) *portOut {
 			verdict = "goto " + fw.chainRef()
 		}
 		out.elems = append(out.elems, elem{set: m, key: key, val: verdict})
+		if np && fe.Routes[intent.FromNode].Verdict == intent.Reject {
+			out.elems = append(out.elems, elem{set: SetNodePortRejects, key: key})
+		}
 	}
 	for _, sel := range sels {
 		if sel.shared != nil {

@@ -714,8 +714,8 @@ func (c *conv) expr(raw json.RawMessage) (string, error) {
 		switch mt.Key {
 		case "l4proto", "mark":
 			return "meta " + mt.Key, nil
-		case "iifname":
-			return "iifname", nil
+		case "iifname", "oifname":
+			return mt.Key, nil
 		}
 		return "", fmt.Errorf("meta %s: not one kproxy reads", mt.Key)
 	case "ct":
@@ -802,7 +802,7 @@ func (c *conv) value(kind string, raw json.RawMessage) (string, error) {
 		switch {
 		case strings.HasPrefix(s, "@"):
 			return s, nil
-		case kind == "iifname":
+		case kind == "iifname" || kind == "oifname":
 			return strconv.Quote(s), nil
 		case kind == "addr":
 			a, err := netip.ParseAddr(s)

@@ -577,7 +577,7 @@ type expr struct {
 	text string
 	typ  vtype
 	// what it reads
-	kind string // "saddr", "daddr", "l4proto", "dport", "sport", "mark", "iifname", "fib-saddr", "fib-daddr", "numgen", "jhash", "ctstate", "ctstatus"
+	kind string // "saddr", "daddr", "l4proto", "dport", "sport", "mark", "iifname", "oifname", "fib-saddr", "fib-daddr", "numgen", "jhash", "ctstate", "ctstatus"
 	// proto: for "tcp dport" and the like, the protocol whose header is
 	// read ("" for th).
 	proto string
@@ -924,11 +924,15 @@ func (p *parser) primary() (*expr, error) {
 			e.kind, e.typ = "mark", tMark
 		case "iifname":
 			e.kind, e.typ = "iifname", tIface
+		case "oifname":
+			e.kind, e.typ = "oifname", tIface
 		default:
 			return nil, fmt.Errorf("meta %s not modelled", f)
 		}
 	case "iifname":
 		e.kind, e.typ = "iifname", tIface
+	case "oifname":
+		e.kind, e.typ = "oifname", tIface
 	case "th", "tcp", "udp", "sctp":
 		switch f := p.next(); f {
 		case "dport", "sport":
@@ -1210,6 +1214,7 @@ func parseVerdict(f []string) (*verdictItem, error) {
 // state is one branch of a trace.
 type state struct {
 	pkt      Packet
+	hook     string // the hook being walked
 	dst      netip.Addr
 	dport    uint16
 	prob     float64
@@ -1334,7 +1339,9 @@ func (t *Tracer) hook(h Host, hk string, in []branch) ([]branch, error) {
 				next = append(next, b)
 				continue
 			}
-			res, err := t.walk(h, c, b.st.clone(), 0)
+			st := b.st.clone()
+			st.hook = hk
+			res, err := t.walk(h, c, st, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -1709,6 +1716,20 @@ func (t *Tracer) evalExpr(h Host, c *tchain, r *trule, k int, e *expr, st *state
 		return one(kval{kind: 'n', num: uint64(st.mark)}), nil
 	case "iifname":
 		return one(kval{kind: 's', str: p.InIface}), nil
+	case "oifname":
+		// Only the output, forward and postrouting hooks know the output
+		// interface (elsewhere the expression breaks: the rule does not
+		// match). A local destination is reached through "lo"; any other
+		// through an interface the model does not name.
+		switch st.hook {
+		case "output", "forward", "postrouting":
+		default:
+			return []exprVal{{p: 1, absent: true}}, nil
+		}
+		if h.IsLocal(st.dst) {
+			return one(kval{kind: 's', str: "lo"}), nil
+		}
+		return one(kval{kind: 's', str: "(not lo)"}), nil
 	case "fib-saddr", "fib-daddr":
 		a := p.Src
 		if e.kind == "fib-daddr" {
