@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,24 @@ import (
 var hostDirs = map[string]func(NodePaths) string{
 	"/var/lib/cni":    func(p NodePaths) string { return p.CNICache },
 	"/run/containerd": func(p NodePaths) string { return p.RunContainerd },
+}
+
+// hostPathDirs are the machine's directories the proxies' DaemonSets mount
+// as hostPath volumes without a type (so the kubelet does not create
+// them, and runc fails to mount a missing one): /lib/modules, for
+// modprobe, is absent on machines whose kernel has no modules. make
+// cluster creates them, empty, when missing, and Down removes them if
+// still empty.
+var hostPathDirs = []string{"/lib/modules"}
+
+// createdDirs are the directories ensureHostDirs may create.
+func createdDirs() []string {
+	out := append([]string{}, hostPathDirs...)
+	for h := range hostDirs {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // prepareNode writes a node's files: containerd's and the kubelet's
@@ -107,7 +126,7 @@ func createMountNS(ctx context.Context, p NodePaths) error {
 // missing, and records them in created (Down removes them when empty).
 func ensureHostDirs(created string) error {
 	var made []string
-	for h := range hostDirs {
+	for _, h := range createdDirs() {
 		if _, err := os.Stat(h); errors.Is(err, fs.ErrNotExist) {
 			if err := os.MkdirAll(h, 0o755); err != nil {
 				return err
@@ -133,8 +152,9 @@ func removeHostDirs(created string) {
 	if err != nil {
 		return
 	}
+	known := createdDirs()
 	for _, d := range strings.Fields(string(data)) {
-		if _, ok := hostDirs[d]; ok {
+		if slices.Contains(known, d) {
 			_ = syscall.Rmdir(d)
 		}
 	}
