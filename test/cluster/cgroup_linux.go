@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -29,18 +30,25 @@ type cgroups struct {
 	V2    bool
 }
 
-// detectCgroups finds the mounted hierarchies in /proc/self/mountinfo. On a
-// hybrid host (v1 controllers plus an empty unified hierarchy, as here) the
-// v1 hierarchies are the kubelet's and the cluster's.
+// detectCgroups finds the mounted hierarchies in /proc/self/mountinfo.
 func detectCgroups(name string) (*cgroups, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
+	return parseCgroupMounts(f, name)
+}
+
+// parseCgroupMounts reads the cgroup hierarchies of a mountinfo file. On a
+// hybrid host (v1 controllers plus a unified hierarchy without
+// controllers, as here) the v1 hierarchies are the kubelet's and the
+// cluster's, and the unified one is among Roots too: runc makes every
+// container's cgroup there as well, and Down must remove them.
+func parseCgroupMounts(r io.Reader, name string) (*cgroups, error) {
 	var v1 []string
 	var unified, pids string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		sep := -1
@@ -53,7 +61,7 @@ func detectCgroups(name string) (*cgroups, error) {
 		if sep < 0 || len(fields) < sep+3 || len(fields) < 5 {
 			continue
 		}
-		mnt, fstype, opts := fields[4], fields[sep+1], fields[sep+3]
+		mnt, fstype, opts := unescapeMountPath(fields[4]), fields[sep+1], fields[sep+3]
 		switch fstype {
 		case "cgroup2":
 			unified = mnt
@@ -66,8 +74,14 @@ func detectCgroups(name string) (*cgroups, error) {
 			}
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
 	switch {
 	case len(v1) > 0 && pids != "":
+		if unified != "" {
+			v1 = append(v1, unified)
+		}
 		sort.Strings(v1)
 		return &cgroups{Name: name, Roots: v1, Kill: pids}, nil
 	case unified != "":

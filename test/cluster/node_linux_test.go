@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,5 +42,37 @@ func TestHostPathDirsCreated(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no hostPath volume without a type found: the test checks nothing")
+	}
+}
+
+// TestParseCgroupMounts: on a hybrid host the unified hierarchy is one of
+// the roots make cluster creates and removes (runc makes each container's
+// cgroup there too: make cluster-down left kproxy-cluster-* in
+// /sys/fs/cgroup/unified), the pids hierarchy finds the processes; on a
+// v2 host the unified hierarchy is everything.
+func TestParseCgroupMounts(t *testing.T) {
+	hybrid := `25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu
+28 25 0:25 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+29 25 0:26 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd
+`
+	cg, err := parseCgroupMounts(strings.NewReader(hybrid), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"}
+	if !slices.Equal(cg.Roots, want) || cg.Kill != "/sys/fs/cgroup/pids" || cg.V2 {
+		t.Errorf("hybrid: %+v, want roots %v, kill in /sys/fs/cgroup/pids, v1", cg, want)
+	}
+	v2 := "26 25 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+	if cg, err = parseCgroupMounts(strings.NewReader(v2), "x"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cg.Roots, []string{"/sys/fs/cgroup"}) || cg.Kill != "/sys/fs/cgroup" || !cg.V2 {
+		t.Errorf("v2: %+v", cg)
+	}
+	if _, err := parseCgroupMounts(strings.NewReader("1 0 0:1 / / rw - ext4 /dev/vda rw\n"), "x"); err == nil {
+		t.Error("no cgroup mounted: no error")
 	}
 }
