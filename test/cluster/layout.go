@@ -124,6 +124,12 @@ type NodePaths struct {
 	CNIState      string
 	CNICache      string
 	RunContainerd string
+	// VarLibKubelet is mounted on /var/lib/kubelet and VarLogContainers
+	// on /var/log/containers: paths the kubelet uses whatever its root
+	// directory (the device plugins' socket directory, the containers' log
+	// links), which two kubelets would otherwise share on the machine.
+	VarLibKubelet    string
+	VarLogContainers string
 	// Sysctl holds the files mounted over host-wide sysctls the kubelet
 	// checks (see KernelTunables).
 	Sysctl string
@@ -155,6 +161,8 @@ func (l Layout) Node(name string) NodePaths {
 		CNIState:          j("cni", "ipam"),
 		CNICache:          j("cni", "cache"),
 		RunContainerd:     j("run-containerd"),
+		VarLibKubelet:     j("var-lib-kubelet"),
+		VarLogContainers:  j("var-log-containers"),
 		Sysctl:            j("sysctl"),
 		ResolvConf:        j("resolv.conf"),
 		ContainerdLog:     j("containerd.log"),

@@ -21,12 +21,15 @@ import (
 )
 
 // hostDirs are the machine's directories each node's mount namespace
-// mounts its own over: libcni's cache (not configurable in containerd) and
-// the shims' sockets (a fixed path). They must exist to be mounted on; make
+// mounts its own over: libcni's cache (not configurable in containerd),
+// the shims' sockets (a fixed path), and the kubelet's fixed paths (see
+// NodePaths.VarLibKubelet). They must exist to be mounted on; make
 // cluster creates them when missing and Down removes them if still empty.
 var hostDirs = map[string]func(NodePaths) string{
-	"/var/lib/cni":    func(p NodePaths) string { return p.CNICache },
-	"/run/containerd": func(p NodePaths) string { return p.RunContainerd },
+	"/var/lib/cni":        func(p NodePaths) string { return p.CNICache },
+	"/run/containerd":     func(p NodePaths) string { return p.RunContainerd },
+	"/var/lib/kubelet":    func(p NodePaths) string { return p.VarLibKubelet },
+	"/var/log/containers": func(p NodePaths) string { return p.VarLogContainers },
 }
 
 // hostPathDirs are the machine's directories the proxies' DaemonSets mount
@@ -52,7 +55,7 @@ func createdDirs() []string {
 func prepareNode(l Layout, n Node, cg *cgroups, caFile string, kubeconfig []byte) error {
 	p := l.Node(n.Name)
 	for _, d := range []string{p.Dir, filepath.Dir(p.ContainerdConfig), p.ContainerdRoot, p.ContainerdState, p.RuncRoot, p.KubeletRoot,
-		p.PodLogs, p.CNIConfDir, p.CNIState, p.CNICache, p.RunContainerd, p.Sysctl} {
+		p.PodLogs, p.CNIConfDir, p.CNIState, p.CNICache, p.RunContainerd, p.VarLibKubelet, p.VarLogContainers, p.Sysctl} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
