@@ -183,10 +183,10 @@ KPROXY_CONFORMANCE := $(CURDIR)/.build/kproxy-conformance
 conformance-tool:
 	@$(GO) build -o $(KPROXY_CONFORMANCE) ./test/conformance/cmd/kproxy-conformance
 conformance: conformance-binaries cluster-tool conformance-tool $(if $(filter kproxy,$(PROXY)),images)
-	@$(KPROXY_CONFORMANCE) -dir $(CLUSTER_DIR) -proxy $(PROXY) -mode $(MODE) -nodes $(NODES) \
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -proxy $(PROXY) -mode $(MODE) -nodes $(NODES) \
 		-kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(if $(FOCUS),-focus '$(FOCUS)') run
 conformance-all: conformance-binaries cluster-tool conformance-tool images
-	@$(KPROXY_CONFORMANCE) -dir $(CLUSTER_DIR) -nodes $(NODES) \
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -nodes $(NODES) \
 		-kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(if $(FOCUS),-focus '$(FOCUS)') all
 
 # conformance-fault: the proof that the suite catches a broken proxy. kproxy
@@ -200,7 +200,7 @@ FAULT_FOCUS     ?= externalTrafficPolicy|ExternalTrafficPolicy
 .PHONY: conformance-fault
 conformance-fault: conformance-binaries cluster-tool conformance-tool
 	$(MAKE) --no-print-directory images IMAGE_DIR=$(FAULT_IMAGE_DIR) KPROXY_TAGS=kproxy_fault_ignore_etp VERSION=$(VERSION)-fault-ignore-etp
-	@$(KPROXY_CONFORMANCE) -dir $(CLUSTER_DIR) -proxy kproxy -mode $(MODE) -nodes $(NODES) -fresh -expect-failures \
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -proxy kproxy -mode $(MODE) -nodes $(NODES) -fresh -expect-failures \
 		-kproxy-image $(FAULT_IMAGE_DIR)/kproxy-linux-amd64.oci.tar -focus '$(FAULT_FOCUS)' \
 		-report-dir $(CURDIR)/.build/conformance/kproxy-fault-ignore-etp-$(MODE) run
 

@@ -47,6 +47,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// MakeArgs are shown after every make command in the hints.
 	MakeArgs string
+	// Tool is the kproxy-cluster binary Up starts as the daemon. Default:
+	// this program, which must then be kproxy-cluster (make conformance's
+	// kproxy-conformance sets it).
+	Tool string
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -283,18 +287,29 @@ func (o Options) hintOptions() HintOptions {
 	return HintOptions{Show: o.show, MakeArgs: o.MakeArgs, BinDir: o.path(BinDir)}
 }
 
-// installSelf copies this program into the state directory: the daemon
-// runs from there, so a rebuild of the original cannot hit a busy file.
+// toolName is the daemon's program name (isDaemon looks for it).
+const toolName = "kproxy-cluster"
+
+// installSelf copies kproxy-cluster (Options.Tool, or this program) into
+// the state directory: the daemon runs from there, so a rebuild of the
+// original cannot hit a busy file. Any other program is refused: it
+// would not know the daemon's command, and Down would not recognise it.
 func installSelf(o Options) (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", err
+	exe := o.Tool
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return "", err
+		}
+	}
+	if filepath.Base(exe) != toolName {
+		return "", fmt.Errorf("the cluster daemon is %s, not %s (set Options.Tool)", toolName, exe)
 	}
 	data, err := os.ReadFile(exe)
 	if err != nil {
 		return "", err
 	}
-	dst := o.path(BinDir, "kproxy-cluster")
+	dst := o.path(BinDir, toolName)
 	return dst, writeAtomic(dst, data, 0o755)
 }
 
@@ -746,7 +761,7 @@ func isDaemon(pid int, dir string) bool {
 		return false
 	}
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(args) < 2 || filepath.Base(args[0]) != "kproxy-cluster" || args[len(args)-1] != "run" {
+	if len(args) < 2 || filepath.Base(args[0]) != toolName || args[len(args)-1] != "run" {
 		return false
 	}
 	for i := 0; i+1 < len(args); i++ {

@@ -76,3 +76,40 @@ func TestParseCgroupMounts(t *testing.T) {
 		t.Error("no cgroup mounted: no error")
 	}
 }
+
+// TestInstallSelfIsTheClusterTool: the daemon Up starts is kproxy-cluster,
+// whoever calls Up: make conformance's kproxy-conformance once copied
+// itself there, and the "daemon" exited on kproxy-cluster's flags.
+func TestInstallSelfIsTheClusterTool(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Dir: filepath.Join(dir, "state")}
+	if err := os.MkdirAll(o.path(BinDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := installSelf(o); err == nil {
+		t.Errorf("installSelf from the test binary installed %s, want an error", got)
+	}
+	other := filepath.Join(dir, "kproxy-conformance")
+	if err := os.WriteFile(other, []byte("other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o.Tool = other
+	if got, err := installSelf(o); err == nil {
+		t.Errorf("installSelf with Tool %s installed %s, want an error", other, got)
+	}
+	tool := filepath.Join(dir, "bin", "kproxy-cluster")
+	if err := os.MkdirAll(filepath.Dir(tool), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tool, []byte("the tool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o.Tool = tool
+	got, err := installSelf(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(got); err != nil || string(data) != "the tool" || filepath.Base(got) != "kproxy-cluster" {
+		t.Errorf("installed %s: %q, %v", got, data, err)
+	}
+}

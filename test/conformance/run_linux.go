@@ -42,6 +42,9 @@ type Options struct {
 	Out io.Writer
 	// Command is how the run was asked for, for the summary.
 	Command string
+	// ClusterTool is the kproxy-cluster binary that runs the cluster
+	// (default <Root>/.build/kproxy-cluster, make cluster-tool's).
+	ClusterTool string
 }
 
 func (o *Options) defaults() {
@@ -63,6 +66,9 @@ func (o *Options) defaults() {
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
+	if o.ClusterTool == "" {
+		o.ClusterTool = filepath.Join(o.Root, ".build", "kproxy-cluster")
+	}
 }
 
 // ErrFailures is returned (wrapped) when the suite ran and tests failed.
@@ -79,7 +85,7 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 		return Results{}, err
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, "make conformance: "+format+"\n", args...) }
-	co := cluster.Options{Dir: o.ClusterDir, Root: o.Root, Out: o.Out, Proxy: o.Proxy, Mode: o.Mode, KproxyImage: o.KproxyImage}
+	co := cluster.Options{Dir: o.ClusterDir, Root: o.Root, Out: o.Out, Proxy: o.Proxy, Mode: o.Mode, KproxyImage: o.KproxyImage, Tool: o.ClusterTool}
 	st, err := cluster.ReadState(o.ClusterDir)
 	reuse := err == nil && !o.Fresh && st.Proxy == o.Proxy && st.Mode == o.Mode
 	if !reuse {

@@ -38,6 +38,7 @@ func main() {
 	flag.BoolVar(&o.Fresh, "fresh", false, "start a new cluster even if one with this proxy and mode runs")
 	flag.DurationVar(&o.Timeout, "timeout", 6*time.Hour, "bound on the suite")
 	flag.StringVar(&o.KproxyImage, "kproxy-image", "", "kproxy's image archive (default: make images')")
+	flag.StringVar(&o.ClusterTool, "cluster-tool", "", "the kproxy-cluster binary (default <repository>/.build/kproxy-cluster, make cluster-tool's)")
 	flag.BoolVar(&expectFailures, "expect-failures", false, "succeed only if tests fail (make conformance-fault: a broken kproxy must be caught)")
 	flag.Parse()
 	if flag.NArg() == 0 {
