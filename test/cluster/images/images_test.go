@@ -178,3 +178,25 @@ func TestSplitRef(t *testing.T) {
 		}
 	}
 }
+
+// TestAgnhostNetcat: nc in the agnhost image is netcat-openbsd's, as in
+// upstream's: the e2e suite's reachability checks run "nc -v -t -w 2",
+// which busybox's nc refuses (-v), and every Service test failed with
+// "service is not reachable" while the Services worked.
+func TestAgnhostNetcat(t *testing.T) {
+	for _, s := range Specs(Programs{Pause: "/b/pause", Agnhost: "/b/agnhost", Regression: "/b/reg", CoreDNS: "/b/coredns", KubeProxy: "/b/kube-proxy", AgnhostSource: "/src/agnhost"}) {
+		if s.Name != "agnhost" {
+			continue
+		}
+		if !slices.Contains(s.Packages, "netcat-openbsd") {
+			t.Errorf("agnhost packages %v: no netcat-openbsd", s.Packages)
+		}
+		for _, l := range []string{"/bin/nc", "/bin/netcat"} {
+			if got := s.Symlinks[l]; got != "nc.openbsd" {
+				t.Errorf("agnhost image: %s -> %q, want nc.openbsd (or busybox's nc takes its place)", l, got)
+			}
+		}
+		return
+	}
+	t.Fatal("no agnhost image")
+}

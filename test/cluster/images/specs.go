@@ -82,7 +82,11 @@ func Specs(p Programs) []Spec {
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.crt"), Dst: "/localhost.crt", Mode: 0o644},
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.key"), Dst: "/localhost.key", Mode: 0o644},
 		),
-		Symlinks:   map[string]string{"/agnhost-2": "agnhost", "/usr/local/bin/iperf": "/usr/bin/iperf"},
+		// nc is netcat-openbsd, as in upstream's image (the suite runs nc -v -t -w):
+		// Debian makes /bin/nc an alternative in its postinst, which an
+		// unpacked package does not run, and busybox's nc would take its place.
+		Symlinks: map[string]string{"/agnhost-2": "agnhost", "/usr/local/bin/iperf": "/usr/bin/iperf",
+			"/bin/nc": "nc.openbsd", "/bin/netcat": "nc.openbsd"},
 		Dirs:       []image.Dir{{Name: "uploads", Mode: 0o755}},
 		Entrypoint: []string{"/agnhost"},
 		Cmd:        []string{"pause"},
