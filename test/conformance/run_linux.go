@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kproxy/kproxy/test/cluster"
@@ -183,7 +184,25 @@ func runSuite(ctx context.Context, st *cluster.State, r Run, logPath string, out
 	cmd.Stdout = io.MultiWriter(log, out)
 	cmd.Stderr = cmd.Stdout
 	fmt.Fprintf(log, "nsenter %s\n", strings.Join(argv, " "))
-	return cmd.Run()
+	return runGroup(cmd)
+}
+
+// runGroup runs cmd in a process group of its own and, when its context
+// ends, signals the whole group: ginkgo's parallel e2e.test processes
+// outlived an interrupted run when only ginkgo was killed.
+func runGroup(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// SIGINT: ginkgo interrupts its processes and writes its reports.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	}
+	cmd.WaitDelay = time.Minute
+	err := cmd.Run()
+	if cmd.Process != nil {
+		// Whatever of the group is left once ginkgo has returned.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	return err
 }
 
 // evidence records which proxy programs the nodes: the proxy pods (name,
