@@ -125,14 +125,22 @@ type Results struct {
 	Duration time.Duration
 }
 
-// Counts returns how many tests are in each state.
+// Counts returns how many tests are in each state: the specs ([It]), and
+// the suite's own nodes ([SynchronizedBeforeSuite], [ReportAfterSuite],
+// ...) only when they fail, so that "passed" counts tests.
 func (r Results) Counts() map[string]int {
 	c := map[string]int{}
 	for _, t := range r.Tests {
-		c[t.State]++
+		if t.Spec() || t.State == "failed" {
+			c[t.State]++
+		}
 	}
 	return c
 }
+
+// Spec reports whether the result is a test ([It]) rather than one of the
+// suite's setup, teardown and reporting nodes.
+func (t Result) Spec() bool { return strings.HasPrefix(t.Name, "[It]") }
 
 type junitSuites struct {
 	XMLName xml.Name     `xml:"testsuites"`
@@ -274,7 +282,7 @@ func Summary(h Header, r Results) string {
 	tests := append([]Result(nil), r.Tests...)
 	sort.SliceStable(tests, func(i, j int) bool { return order[tests[i].State] < order[tests[j].State] })
 	for _, t := range tests {
-		if t.State == "not-run" {
+		if t.State == "not-run" || (!t.Spec() && t.State != "failed") {
 			continue
 		}
 		name := mdEscape(t.Name)
@@ -348,7 +356,9 @@ func Compare(cols []Column) string {
 			}
 		}
 		if same {
-			allPassed++
+			if (Result{Name: n}).Spec() {
+				allPassed++
+			}
 			continue
 		}
 		if !ran {
