@@ -32,11 +32,13 @@ IMAGE_LDFLAGS     := -s -w $(LDFLAGS)
 # KPROXY_TAGS: build tags of the image's kproxy; empty for every real image
 # (make conformance-fault sets a test-only fault, see pkg/source/fault.go).
 KPROXY_TAGS       ?=
+# IMAGE_DEBS: where make images keeps the Debian packages it downloads.
+IMAGE_DEBS        ?= $(IMAGE_DIR)/debs
 .PHONY: images image-windows test-image
 images:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -tags '$(KPROXY_TAGS)' -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/linux-amd64/kproxy ./cmd/kproxy
 	$(GO) run ./hack/image/cmd/kproxy-image -kproxy $(IMAGE_DIR)/linux-amd64/kproxy -version $(VERSION) \
-		-epoch $(SOURCE_DATE_EPOCH) -name $(IMAGE_NAME) -cache $(IMAGE_DIR)/debs -out $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
+		-epoch $(SOURCE_DATE_EPOCH) -name $(IMAGE_NAME) -cache $(IMAGE_DEBS) -out $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
 
 # image-windows: kproxy.exe and the build context of the Windows HostProcess
 # image in $(IMAGE_DIR)/windows: the files at the paths deploy/windows/Dockerfile
@@ -199,7 +201,7 @@ FAULT_IMAGE_DIR := $(CURDIR)/.build/images-fault
 FAULT_FOCUS     ?= externalTrafficPolicy|ExternalTrafficPolicy
 .PHONY: conformance-fault
 conformance-fault: conformance-binaries cluster-tool conformance-tool
-	$(MAKE) --no-print-directory images IMAGE_DIR=$(FAULT_IMAGE_DIR) KPROXY_TAGS=kproxy_fault_ignore_etp VERSION=$(VERSION)-fault-ignore-etp
+	$(MAKE) --no-print-directory images IMAGE_DIR=$(FAULT_IMAGE_DIR) IMAGE_DEBS=$(IMAGE_DEBS) KPROXY_TAGS=kproxy_fault_ignore_etp VERSION=$(VERSION)-fault-ignore-etp
 	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -proxy kproxy -mode $(MODE) -nodes $(NODES) -fresh -expect-failures \
 		-kproxy-image $(FAULT_IMAGE_DIR)/kproxy-linux-amd64.oci.tar -focus '$(FAULT_FOCUS)' \
 		-report-dir $(CURDIR)/.build/conformance/kproxy-fault-ignore-etp-$(MODE) run
