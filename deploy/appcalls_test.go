@@ -22,6 +22,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
@@ -36,7 +37,7 @@ var libraryCalls = []apiCall{{"patch", "events.k8s.io", "events"}}
 // asked, as the Windows backend does for what HNS cannot honour.
 type warningBackend struct{}
 
-func (warningBackend) Sync(context.Context, *proxy.Snapshot, proxy.Changes) error { return nil }
+func (warningBackend) Sync(context.Context, *intent.View) error { return nil }
 
 func (warningBackend) Unsupported() []proxy.Unsupported {
 	return []proxy.Unsupported{{Service: types.NamespacedName{Namespace: "ns", Name: "web"}, Reason: "TestWarning", Message: "a platform limit"}}

@@ -186,15 +186,21 @@ func TestWindowsImage(t *testing.T) {
 	}
 }
 
-// sigWindowsKubeProxy has the shape of sig-windows-tools' kube-proxy
-// HostProcess DaemonSet (kube-system/kube-proxy-windows), as far as an
-// image swap depends on it: the container runs the image's
-// kube-proxy/start.ps1 under the sandbox mount point with no arguments,
-// sets NODE_NAME, POD_IP and KUBE_NETWORK, and mounts kubeadm's kube-proxy
-// ConfigMap (kubeconfig.conf, config.conf) at /var/lib/kube-proxy.
+// sigWindowsKubeProxy is the shape of sig-windows-tools' kube-proxy
+// HostProcess DaemonSet for Calico (kubernetes-sigs/sig-windows-tools,
+// hostprocess/calico/kube-proxy/kube-proxy.yml; its flannel variant was
+// removed upstream in 2025), as far as an image swap depends on it, taken
+// from its current manifest (the image's ${KUBERNETES_VERSION/+/_} filled
+// in): the container gives only args, which the image's ENTRYPOINT
+// ["PowerShell"] runs; the node name comes in NODENAME (which its start.ps1
+// reads); there is no KUBE_NETWORK (its start.ps1 sets the network to
+// "Calico" itself and takes the source VIP from Calico_ep); kubeadm's
+// kube-proxy ConfigMap is mounted at /var/lib/kube-proxy.
 const sigWindowsKubeProxy = `apiVersion: apps/v1
 kind: DaemonSet
 metadata:
+  labels:
+    k8s-app: kube-proxy
   name: kube-proxy-windows
   namespace: kube-system
 spec:
@@ -207,36 +213,43 @@ spec:
         k8s-app: kube-proxy-windows
     spec:
       serviceAccountName: kube-proxy
-      hostNetwork: true
       securityContext:
         windowsOptions:
           hostProcess: true
           runAsUserName: "NT AUTHORITY\\system"
+      hostNetwork: true
+      priorityClassName: system-node-critical
       containers:
-      - name: kube-proxy
-        image: sigwindowstools/kube-proxy:v1.37.2-flannel-hostprocess
+      - image: sigwindowstools/kube-proxy:v1.37.2-calico-hostprocess
         args: ["$env:CONTAINER_SANDBOX_MOUNT_POINT/kube-proxy/start.ps1"]
         workingDir: "$env:CONTAINER_SANDBOX_MOUNT_POINT/kube-proxy/"
+        name: kube-proxy
+        imagePullPolicy: Always
         env:
-        - name: NODE_NAME
+        - name: NODENAME
           valueFrom:
             fieldRef:
+              apiVersion: v1
               fieldPath: spec.nodeName
         - name: POD_IP
           valueFrom:
             fieldRef:
               fieldPath: status.podIP
-        - name: KUBE_NETWORK
-          value: vxlan0
         volumeMounts:
-        - name: kube-proxy
-          mountPath: /var/lib/kube-proxy
-      volumes:
-      - name: kube-proxy
-        configMap:
+        - mountPath: /var/lib/kube-proxy
           name: kube-proxy
       nodeSelector:
         kubernetes.io/os: windows
+      tolerations:
+      - key: CriticalAddonsOnly
+        operator: Exists
+      - operator: Exists
+      volumes:
+      - configMap:
+          name: kube-proxy
+        name: kube-proxy
+  updateStrategy:
+    type: RollingUpdate
 `
 
 // TestWindowsImageSwap: a kube-proxy HostProcess DaemonSet with only its
@@ -254,11 +267,14 @@ func TestWindowsImageSwap(t *testing.T) {
 	ds := objs[0].(*appsv1.DaemonSet)
 	c := &ds.Spec.Template.Spec.Containers[0]
 	const sandbox = "$env:CONTAINER_SANDBOX_MOUNT_POINT/"
+	d := readDockerfile(t, "windows/Dockerfile")
+	if len(c.Command) == 0 && !d.has(`^ENTRYPOINT \["(?i:powershell)(\.exe)?"\]$`) {
+		t.Errorf("the DaemonSet gives no command, only args %q, and windows/Dockerfile has no ENTRYPOINT [\"PowerShell\"] to run them", c.Args)
+	}
 	script, ok := strings.CutPrefix(strings.Join(append(append([]string{}, c.Command...), c.Args...), " "), sandbox)
 	if !ok {
 		t.Fatalf("the DaemonSet runs %q, not a script under the sandbox mount point", c.Args)
 	}
-	d := readDockerfile(t, "windows/Dockerfile")
 	if !d.has(`^COPY deploy/windows/kube-proxy-start\.ps1 /` + regexp.QuoteMeta(script) + `$`) {
 		t.Errorf("windows/Dockerfile puts no shim at /%s, which kube-proxy DaemonSets run", script)
 	}
@@ -292,6 +308,18 @@ func TestWindowsImageSwap(t *testing.T) {
 	set := map[string]bool{}
 	for _, e := range c.Env {
 		set[e.Name] = true
+	}
+	// The node name: NODENAME (Calico's DaemonSet) or NODE_NAME (older
+	// ones); the shim reads both, and the DaemonSet must set one.
+	nodeVars := []string{"NODENAME", "NODE_NAME"}
+	if !set[nodeVars[0]] && !set[nodeVars[1]] {
+		t.Errorf("the DaemonSet sets neither of %v: the shim could not give --hostname-override", nodeVars)
+	}
+	for _, v := range nodeVars {
+		optional[v] = true
+		if !strings.Contains(shim, "$env:"+v) {
+			t.Errorf("the shim does not read $env:%s for the node name", v)
+		}
 	}
 	for _, m := range regexp.MustCompile(`\$env:([A-Z_]+)`).FindAllStringSubmatch(shim, -1) {
 		if !optional[m[1]] && !set[m[1]] {

@@ -31,8 +31,19 @@ type invariant struct {
 	breakIt func(ds *appsv1.DaemonSet)
 }
 
+// sharedPodLabel is on the pods of both OSes' DaemonSets (their selectors
+// differ), so that one `kubectl get pod -l` finds every kproxy pod
+// (README, docs/troubleshooting.md).
+const sharedPodLabel = "app.kubernetes.io/name"
+
 func commonInvariants(os string) []invariant {
 	return []invariant{
+		{"pods labelled " + sharedPodLabel + "=kproxy, as on the other OS",
+			func(_ *rendered, ds *appsv1.DaemonSet) error {
+				v := ds.Spec.Template.Labels[sharedPodLabel]
+				return want(v == "kproxy", "pod label %s=%q, want kproxy", sharedPodLabel, v)
+			},
+			func(ds *appsv1.DaemonSet) { delete(ds.Spec.Template.Labels, sharedPodLabel) }},
 		{"in kube-system",
 			func(_ *rendered, ds *appsv1.DaemonSet) error {
 				return want(ds.Namespace == "kube-system", "namespace %q", ds.Namespace)

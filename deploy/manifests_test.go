@@ -120,7 +120,9 @@ const (
 	fileGo            = "Go"              // this package
 	fileGitignore     = "gitignore"       // kubeadm_overlay_test.go
 	fileClusterCopy   = "cluster copy"    // an operator's copy of the cluster's kube-proxy ConfigMap (gitignored; kubeadm_overlay_test.go)
+	fileMonitoring    = "monitoring"      // monitoring_test.go; PromQL and promtool in hack/tools
 	fileUnknown       = "unknown"         // a test failure: nothing goes unchecked
+	monitoringDir     = "monitoring"      // the dashboard and alert rules
 	proxyConfigDir    = "config"          // where the KubeProxyConfigurations live
 	kubeconfigName    = "kubeconfig.conf" // in proxyConfigDir
 )
@@ -130,6 +132,8 @@ func classify(path string) string {
 	switch {
 	case base == "kustomization.yaml":
 		return fileKustomization
+	case filepath.Dir(path) == monitoringDir:
+		return fileMonitoring
 	case base == ".gitignore":
 		return fileGitignore
 	case filepath.Dir(path) == kubeadmValuesDir && kubeadmCopies[base]:

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -61,5 +62,51 @@ func TestCheckHNSFakeDropAll(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "FrontendVIPs") || !strings.Contains(stdout, "(not returned)") || strings.Contains(stdout, "PROBLEM") {
 		t.Errorf("stdout:\n%s", stdout)
+	}
+}
+
+// check-hns --traffic-only connects through the named Service frontends
+// (here, loopback sockets standing for them) and prints a verdict per path;
+// the exit status says whether every path tried got through.
+func TestCheckHNSTraffic(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	_ = closed.Close()
+
+	code, stdout, stderr := runCheck(t, "--traffic-only", "--traffic-cluster-ip="+ln.Addr().String())
+	if code != 0 || !strings.Contains(stdout, "ClusterIP") || !strings.Contains(stdout, "TRAFFIC OK") || strings.Contains(stdout, "FIELD") {
+		t.Errorf("a working path: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCheck(t, "--traffic-only", "--traffic-cluster-ip="+ln.Addr().String(), "--traffic-node-port="+closedAddr, "--traffic-timeout=2s")
+	if code != 1 || !strings.Contains(stdout, "REFUSED") || !strings.Contains(stdout, "TRAFFIC PROBLEMS") {
+		t.Errorf("a refused NodePort: exit %d, want 1\n%s", code, stdout)
+	}
+	// The object check and the traffic check together, on the fake.
+	code, stdout, _ = runCheck(t, "--fake=exact", "--traffic", "--traffic-cluster-ip="+ln.Addr().String())
+	if code != 0 || !strings.Contains(stdout, "OK: HNS returned every field") || !strings.Contains(stdout, "TRAFFIC OK") {
+		t.Errorf("objects and traffic: exit %d\n%s", code, stdout)
+	}
+	if code, _, _ := runCheck(t, "--traffic-only"); code != 2 {
+		t.Errorf("--traffic without a target: exit %d, want 2", code)
+	}
+	if code, _, _ := runCheck(t, "--traffic-only", "--traffic-dns=10.96.0.10"); code != 2 {
+		t.Errorf("--traffic-dns without a port: exit %d, want 2", code)
 	}
 }

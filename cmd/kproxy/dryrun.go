@@ -3,8 +3,8 @@ package main
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 )
 
@@ -12,21 +12,20 @@ import (
 // never touches the kernel: the iptables seams are in-memory fakes, and the
 // node's local addresses are read when this is Linux (they select NodePort
 // addresses), else taken as none.
-func iptablesDryRun(o *config.Options) (proxy.DryRunner, error) {
-	host := dryRunHost()
-	var fan proxy.FanOut
+func iptablesDryRun(o *config.Options) (app.Backends, error) {
+	var out app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := linux.New(linux.Options{
 			Rules:     iptablesConfig(o, fam),
 			Iptables:  linux.NewFakeIptables(),
 			NFTables:  &linux.FakeNFTables{},
 			Conntrack: &linux.FakeConntrack{},
-			Host:      host,
+			Host:      &linux.FakeHost{},
 		})
 		if err != nil {
 			return nil, err
 		}
-		fan = append(fan, b)
+		out = append(out, app.FamilyBackend{Family: fam, Backend: b})
 	}
-	return fan, nil
+	return out, nil
 }

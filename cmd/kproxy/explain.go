@@ -39,32 +39,49 @@ Planned (default): from kproxy's own plan, on any OS for any mode.
 --live: from the node's iptables or kproxy's nftables table (Linux) or HNS
 (Windows), with every drift from the plan.
 
+The client: a pod on the node (default; its address from the node's pod
+CIDR, else --cluster-cidr, else a placeholder), the node itself
+(--from-node), or a host elsewhere (--from-outside; default client
+203.0.113.10 or 2001:db8::10, documentation addresses). --from sets the
+address.
+
+Examples (the first needs no root and no cluster):
+  kproxy explain --manifests docs/examples --hostname-override node1 --to 10.96.0.30:53/udp
+  kproxy explain --manifests docs/examples --hostname-override node1 --from-outside --proxy-mode nftables --to 10.96.0.30:53/udp
+  kproxy explain --kubeconfig ~/.kube/config --node NODE --from 10.244.1.7 --to 10.96.0.10:53/udp -o json
+  kproxy explain --config /var/lib/kproxy/config.conf --live --to 10.96.0.10:443     (on the node, as root)
+
+Explain's own flags:
 `
 
 // runExplain is `kproxy explain`: it returns the exit code.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("kproxy explain", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	own := pflag.NewFlagSet("kproxy explain", pflag.ContinueOnError)
 	fs.Usage = func() {
 		_, _ = io.WriteString(stdout, explainUsage)
-		_, _ = io.WriteString(stdout, fs.FlagUsages())
+		_, _ = io.WriteString(stdout, own.FlagUsages())
+		_, _ = io.WriteString(stdout, "\nkproxy's flags (the node's configuration: --config, --kubeconfig, --manifests, --proxy-mode, --cluster-cidr...):\n")
+		_, _ = io.WriteString(stdout, "  see 'kproxy --help'; every one is accepted here.\n")
 	}
 	o := config.NewOptions()
 	o.AddFlags(fs)
 	var f explainFlags
-	fs.StringVar(&f.to, "to", "", "destination ADDRESS:PORT[/tcp|udp|sctp] (TCP by default)")
-	fs.StringVar(&f.from, "from", "", "the client's address (default: this node's address with --from-node, an address of this node's pod CIDR otherwise)")
-	fs.BoolVar(&f.fromNode, "from-node", false, "the client is the node itself (a host process)")
-	fs.BoolVar(&f.fromOutside, "from-outside", false, "the client is routed in from elsewhere (another node, outside the cluster)")
-	fs.StringVar(&f.node, "node", "", "the node to explain for (default: --hostname-override, else this host's name)")
-	fs.BoolVar(&f.live, "live", false, "trace what is programmed on this node (iptables-save, nft -j list table, HNS) and report drift from the plan")
-	fs.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
+	own.StringVar(&f.to, "to", "", "destination ADDRESS:PORT[/tcp|udp|sctp] (TCP by default)")
+	own.StringVar(&f.from, "from", "", "the client's address (default: see above)")
+	own.BoolVar(&f.fromNode, "from-node", false, "the client is the node itself (a host process)")
+	own.BoolVar(&f.fromOutside, "from-outside", false, "the client is routed in from elsewhere (another node, outside the cluster)")
+	own.StringVar(&f.node, "node", "", "the node to explain for (default: --hostname-override, else this host's name)")
+	own.BoolVar(&f.live, "live", false, "trace what is programmed on this node (iptables-save, nft -j list table, HNS) and report drift from the plan")
+	own.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
+	fs.AddFlagSet(own)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		flagError(stderr, "kproxy explain", fs, err)
-		return 2
+		return 1 // as kproxy's own flag errors (and upstream's)
 	}
 	if err := explainMain(ctx, fs, o, f, stdout); err != nil {
 		_, _ = fmt.Fprintf(stderr, "kproxy explain: %v\n", err)
@@ -118,13 +135,26 @@ func explainMain(ctx context.Context, fs *pflag.FlagSet, o *config.Options, f ex
 		return err
 	}
 	q.NodeAddrs = nodeAddrs
-	if q.From, err = explainSource(f.from, q, snap); err != nil {
+	var notes []string
+	if !snap.Node.Known {
+		if f.node != "" {
+			return fmt.Errorf("--node %q: no Node of that name in the cluster (or in --manifests)", f.node)
+		}
+		notes = append(notes, fmt.Sprintf("no Node named %q was found: its addresses, pod CIDR and zone are unknown (--node names another)", o.NodeName))
+	}
+	from, note, err := explainSource(f.from, q, snap, o.ClusterCIDRs())
+	if err != nil {
 		return err
+	}
+	q.From = from
+	if note != "" {
+		notes = append(notes, note)
 	}
 	res, err := explain.Explain(mode, f.live, snap, q, tracer)
 	if err != nil {
 		return err
 	}
+	res.Notes = append(res.Notes, notes...)
 	if f.output == "json" {
 		return explain.WriteJSON(stdout, res)
 	}
@@ -156,39 +186,64 @@ func parseTo(s string) (netip.AddrPort, v1.Protocol, error) {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), proto, nil
 }
 
+// Default client addresses: documentation addresses (RFC 5737, RFC 3849)
+// for a client outside the cluster, and placeholders for a pod when the
+// pod CIDR is not known.
+var (
+	outsideClient4  = netip.MustParseAddr("203.0.113.10")
+	outsideClient6  = netip.MustParseAddr("2001:db8::10")
+	podPlaceholder4 = netip.MustParseAddr("10.244.0.2")
+	podPlaceholder6 = netip.MustParseAddr("fd00:10:244::2")
+)
+
 // explainSource returns the client address: --from, else the node's own
 // address (from the node; loopback for a loopback destination), else an
-// address of the node's pod CIDR (from a pod).
-func explainSource(from string, q explain.Query, snap *proxy.Snapshot) (netip.Addr, error) {
+// address of the node's pod CIDR or of the cluster CIDR (from a pod), else
+// a documented default; the note says what was assumed.
+func explainSource(from string, q explain.Query, snap *proxy.Snapshot, clusterCIDRs []netip.Prefix) (netip.Addr, string, error) {
 	if from != "" {
 		a, err := netip.ParseAddr(from)
 		if err != nil {
-			return netip.Addr{}, fmt.Errorf("--from: %w", err)
+			return netip.Addr{}, "", fmt.Errorf("--from: %w", err)
 		}
 		if a.Unmap().Is4() != q.To.Addr().Is4() {
-			return netip.Addr{}, fmt.Errorf("--from %s and --to %s are of different families", a, q.To)
+			return netip.Addr{}, "", fmt.Errorf("--from %s and --to %s are of different families", a, q.To)
 		}
-		return a.Unmap(), nil
+		return a.Unmap(), "", nil
 	}
 	v6 := q.To.Addr().Is6()
 	switch q.Origin {
 	case explain.FromNode:
 		if q.To.Addr().IsLoopback() {
-			return q.To.Addr(), nil
+			return q.To.Addr(), "", nil
 		}
 		for _, a := range append(append([]netip.Addr(nil), snap.Node.Addresses...), q.NodeAddrs...) {
 			if a.Is6() == v6 && !a.IsLoopback() {
-				return a, nil
+				return a, "", nil
 			}
 		}
-		return netip.Addr{}, errors.New("the node has no address of this family: give --from")
+		return netip.Addr{}, "", errors.New("the node has no address of this family: give --from")
 	case explain.FromPod:
 		for _, p := range snap.Node.PodCIDRs {
 			if p.Addr().Is6() == v6 {
-				return p.Masked().Addr().Next().Next(), nil
+				return p.Masked().Addr().Next().Next(), "", nil
 			}
 		}
-		return netip.Addr{}, errors.New("the node's pod CIDR is not known: give --from with a pod address")
+		for _, p := range clusterCIDRs {
+			if p.Addr().Is6() == v6 {
+				return p.Masked().Addr().Next().Next(), "the node's pod CIDR is not known: the client is an address of --cluster-cidr", nil
+			}
+		}
+		a := podPlaceholder4
+		if v6 {
+			a = podPlaceholder6
+		}
+		return a, fmt.Sprintf("neither the node's pod CIDR nor --cluster-cidr is known: the client %s is a placeholder, and kproxy "+
+			"cannot tell this node's pods from other clients (detect-local has nothing to match), so the plan treats a pod "+
+			"like any other client; give --cluster-cidr or --from", a), nil
 	}
-	return netip.Addr{}, errors.New("--from-outside needs --from ADDRESS")
+	if v6 {
+		return outsideClient6, "", nil
+	}
+	return outsideClient4, "", nil
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 )
 
 // liveIptablesTracer reads the nat and filter tables of fam with
@@ -38,7 +38,7 @@ func liveIptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 		}
 		save = append(save, out...)
 	}
-	t, err := linux.LiveIptables(iptablesConfig(o, fam), snap, local, save)
+	t, err := linux.LiveIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local), save)
 	return t, local, err
 }
 
@@ -51,7 +51,7 @@ func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 		return nil, nil, fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	var in linux.NFTLive
-	table, err := runNFT(ctx, "-j", "list", "table", string(nft.Family(fam)), nft.TableName)
+	table, err := runNFT(ctx, "-j", "list", "table", string(nftables.Family(fam)), nftables.TableName)
 	switch {
 	case err == nil:
 		in.Table = table
@@ -63,7 +63,7 @@ func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 	if in.Chains, err = runNFT(ctx, "-j", "list", "chains"); err != nil {
 		return nil, nil, err
 	}
-	t, err := linux.LiveNFT(nftablesConfig(o, fam), snap, local, in)
+	t, err := linux.LiveNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local), in)
 	return t, local, err
 }
 

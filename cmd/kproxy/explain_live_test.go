@@ -16,8 +16,10 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/fakehns"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
 func examplesSnapshot(t *testing.T, mode string) (*config.Options, *proxy.Snapshot) {
@@ -47,27 +49,27 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 	o, snap := examplesSnapshot(t, "iptables")
 	local := []netip.Addr{netip.MustParseAddr("192.168.50.11"), netip.MustParseAddr("127.0.0.1")}
 	cfg := iptablesConfig(o, v1.IPv4Protocol)
-	planned, err := linux.PlannedIptables(cfg, snap, local)
+	planned, err := linux.PlannedIptables(cfg, fullView(o, snap, v1.IPv4Protocol, local))
 	if err != nil {
 		t.Fatal(err)
 	}
 	save := planned.Save()
 	q := explain.Query{To: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP,
 		From: netip.MustParseAddr("10.244.1.5"), Origin: explain.FromPod, NodeAddrs: local}
-	var liveText func(t *testing.T, save string, edit func(*ruleset.Ruleset)) *explain.Result
+	var liveText func(t *testing.T, save string, edit func(*iptmodel.Ruleset)) *explain.Result
 
-	live := func(t *testing.T, edit func(*ruleset.Ruleset)) *explain.Result {
+	live := func(t *testing.T, edit func(*iptmodel.Ruleset)) *explain.Result {
 		t.Helper()
 		return liveText(t, save, edit)
 	}
-	liveText = func(t *testing.T, save string, edit func(*ruleset.Ruleset)) *explain.Result {
+	liveText = func(t *testing.T, save string, edit func(*iptmodel.Ruleset)) *explain.Result {
 		t.Helper()
-		rs, err := ruleset.Parse([]byte(save))
+		rs, err := iptmodel.Parse([]byte(save))
 		if err != nil {
 			t.Fatal(err)
 		}
 		edit(rs)
-		tr, err := linux.LiveIptables(cfg, snap, local, []byte(rs.Save("nat")+rs.Save("filter")))
+		tr, err := linux.LiveIptables(cfg, fullView(o, snap, v1.IPv4Protocol, local), []byte(rs.Save("nat")+rs.Save("filter")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +80,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 		return res
 	}
 	t.Run("as planned", func(t *testing.T) {
-		res := live(t, func(*ruleset.Ruleset) {})
+		res := live(t, func(*iptmodel.Ruleset) {})
 		if len(res.Drift) != 0 || res.Verdict != explain.DNAT || len(res.Targets) != 2 {
 			t.Errorf("verdict %s targets %v drift %v, want DNAT to 2 endpoints and no drift", res.Verdict, res.Targets, res.Drift)
 		}
@@ -91,7 +93,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 				kept = append(kept, l)
 			}
 		}
-		res := liveText(t, strings.Join(kept, "\n"), func(*ruleset.Ruleset) {})
+		res := liveText(t, strings.Join(kept, "\n"), func(*iptmodel.Ruleset) {})
 		if res.Verdict != explain.NotHandled {
 			t.Errorf("verdict %s, want not handled", res.Verdict)
 		}
@@ -100,7 +102,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 		}
 	})
 	t.Run("cleaned up", func(t *testing.T) {
-		res := live(t, func(rs *ruleset.Ruleset) { *rs = *ruleset.New() })
+		res := live(t, func(rs *iptmodel.Ruleset) { *rs = *iptmodel.New() })
 		if res.Verdict != explain.NotHandled || res.Frontend == nil {
 			t.Errorf("verdict %s frontend %v, want not handled for the Service's ClusterIP", res.Verdict, res.Frontend)
 		}
@@ -110,7 +112,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 		}
 	})
 	t.Run("foreign rule in front, stale chain", func(t *testing.T) {
-		res := live(t, func(rs *ruleset.Ruleset) {
+		res := live(t, func(rs *iptmodel.Ruleset) {
 			if err := rs.Insert("nat", "PREROUTING", 1, "-d", "10.96.0.10/32", "-j", "ACCEPT"); err != nil {
 				t.Fatal(err)
 			}
@@ -135,11 +137,11 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 // connection is then not handled.
 func TestExplainLiveHNS(t *testing.T) {
 	o, snap := examplesSnapshot(t, "kernelspace")
-	f := windows.NewFakeHNS(windows.Version{Major: 15, Minor: 5})
-	netID := f.AddNetwork(windows.Network{Name: "cbr0", Type: windows.NetworkTypeL2Bridge})
-	f.AddEndpoint(windows.Endpoint{HostComputeNetwork: netID, Name: "web-1", IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.1.10"}}})
+	f := fakehns.New(hns.Version{Major: 15, Minor: 5})
+	netID := f.AddNetwork(hns.Network{Name: "cbr0", Type: hns.NetworkTypeL2Bridge})
+	f.AddEndpoint(hns.Endpoint{HostComputeNetwork: netID, Name: "web-1", IPConfigurations: []hns.IPConfig{{IPAddress: "10.244.1.10"}}})
 	for name, ip := range map[string]string{"ingress-1": "10.244.1.20", "draining-1": "10.244.1.30", "api-1": "10.244.1.40"} {
-		f.AddEndpoint(windows.Endpoint{HostComputeNetwork: netID, Name: name, IPConfigurations: []windows.IPConfig{{IPAddress: ip}}})
+		f.AddEndpoint(hns.Endpoint{HostComputeNetwork: netID, Name: name, IPConfigurations: []hns.IPConfig{{IPAddress: ip}}})
 	}
 	o.Config.Winkernel.NetworkName = "cbr0"
 	opts := hnsOptions(o, v1.IPv4Protocol, f, app.Env{})

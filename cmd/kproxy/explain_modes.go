@@ -10,9 +10,11 @@ import (
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
 // newTracer builds a mode's explain tracer for one family, planned or live,
@@ -35,12 +37,18 @@ func plannedNodeAddrs(snap *proxy.Snapshot) []netip.Addr {
 	return append(append([]netip.Addr(nil), snap.Node.Addresses...), netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback())
 }
 
+// fullView is the full intent View of fam for snap on a node with these
+// addresses, as the running proxy of o's mode builds it.
+func fullView(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, local []netip.Addr) *intent.View {
+	return app.FullView(app.Settings(o, modes()[string(o.ProxyMode())]), fam, snap, local)
+}
+
 func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
 	if live {
 		return liveIptablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedIptables(iptablesConfig(o, fam), snap, local)
+	t, err := linux.PlannedIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local))
 	return t, local, err
 }
 
@@ -49,26 +57,25 @@ func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot
 		return liveNFTablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedNFT(nftablesConfig(o, fam), snap, local)
+	t, err := linux.PlannedNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local))
 	return t, local, err
 }
 
 func kernelspaceTracer(_ context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
-	var hns windows.HNS
+	var h hns.HNS
 	if live {
-		h, err := windows.NewHNS()
-		if err != nil {
+		var err error
+		if h, err = hns.NewHNS(); err != nil {
 			return nil, nil, fmt.Errorf("--live needs HNS (a Windows node): %w", err)
 		}
-		hns = h
 	}
-	return hnsTracer(o, snap, fam, hns, live)
+	return hnsTracer(o, snap, fam, h, live)
 }
 
 // hnsTracer is kernelspaceTracer with the HNS given (nil for planned without
-// HNS; a FakeHNS in tests).
-func hnsTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, hns windows.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
-	opts := hnsOptions(o, fam, hns, app.Env{})
+// HNS; a fake HNS in tests).
+func hnsTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
+	opts := hnsOptions(o, fam, h, app.Env{})
 	if opts.NetworkName == "" {
 		opts.NetworkName = "dry-run"
 	}

@@ -133,14 +133,14 @@ func TestExplainBehaviourTable(t *testing.T) {
 				local := append(node1.Addrs(fam), loop)
 				switch mode {
 				case string(config.ModeIPTables):
-					tr, err := linux.PlannedIptables(iptablesConfig(o, fam), snap, local)
+					tr, err := linux.PlannedIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local))
 					if err != nil {
 						t.Fatal(err)
 					}
 					tracers[fam], nodeAddrs[fam] = tr, local
 					continue
 				case string(config.ModeNFTables):
-					tr, err := linux.PlannedNFT(nftablesConfig(o, fam), snap, local)
+					tr, err := linux.PlannedNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local))
 					if err != nil {
 						t.Fatal(err)
 					}

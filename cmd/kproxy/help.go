@@ -22,6 +22,7 @@ Usage:
   kproxy [flags]                 run the proxy (also installed as kube-proxy)
   kproxy explain [flags]         where a new connection goes on a node, and why
   kproxy check-hns [flags]       check that HNS returns what kproxy sends (Windows)
+  kproxy idle                    wait until stopped (the cleanup DaemonSet's container)
   kproxy help [explain|check-hns]
 
 Examples:

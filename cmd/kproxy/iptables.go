@@ -8,16 +8,16 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
 )
 
 // iptablesConfig maps kproxy's configuration onto the iptables planner's for
 // one IP family.
-func iptablesConfig(o *config.Options, family v1.IPFamily) rules.Config {
-	c := rules.DefaultConfig(family)
+func iptablesConfig(o *config.Options, family v1.IPFamily) facts.Config {
+	c := facts.DefaultConfig(family)
 	c.MasqueradeBit = o.MasqueradeBit()
 	if c.FilterBit == c.MasqueradeBit {
-		c.FilterBit = rules.DefaultMasqueradeBit
+		c.FilterBit = facts.DefaultMasqueradeBit
 	}
 	c.MasqueradeAll = o.MasqueradeAll()
 	dl := o.DetectLocal()

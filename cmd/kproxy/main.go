@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runOptions(ctx, o, stdout, stderr)
 }
 
-// runSubcommand runs the subcommand args[0] names (check-hns, explain, help) and
+// runSubcommand runs the subcommand args[0] names (check-hns, explain, help, idle) and
 // returns its exit code; ok is false when args name none (the proxy runs).
 // Every entry point calls it before parseArgs, which knows no subcommand.
 func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer) (code int, ok bool) {
@@ -59,6 +59,8 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return runExplain(ctx, args[1:], stdout, stderr), true
 	case helpCommand:
 		return runHelp(ctx, args[1:], stdout, stderr), true
+	case idleCommand:
+		return runIdle(ctx, args[1:], stderr), true
 	}
 	return 0, false
 }

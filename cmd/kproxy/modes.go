@@ -10,9 +10,9 @@ import (
 // it can run (modes_linux.go, modes_windows.go).
 func modes() app.Modes {
 	m := app.Modes{
-		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError},
-		string(config.ModeNFTables):    {NewDryRun: nftablesDryRun, ClassifyError: classifyIPTablesError},
-		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError},
+		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
+		string(config.ModeNFTables):    {NewDryRun: nftablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
+		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError, PodsAlwaysKnown: true},
 	}
 	addPlatformModes(m)
 	return m

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 )
 
 func addPlatformModes(m app.Modes) {
@@ -50,7 +51,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			log.Info("IPv6 Services are not proxied: the node has no IPv6 address (other than loopback and link-local)")
 			continue
 		}
-		n, err := nft.NewSystem(nft.Family(fam))
+		n, err := nftables.NewSystem(nftables.Family(fam))
 		if err != nil {
 			if fam == v1.IPv6Protocol {
 				log.Info("IPv6 Services are not proxied: nftables is unusable for IPv6", "err", err)
@@ -74,8 +75,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
-		log.Info("nftables backend ready", "family", fam, "table", fmt.Sprintf("%s %s", nft.Family(fam), nft.TableName))
-		go b.RunLeastConnection(ctx)
+		log.Info("nftables backend ready", "family", fam, "table", fmt.Sprintf("%s %s", nftables.Family(fam), nftables.TableName))
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 	}
 	return backends, nil
@@ -160,7 +160,6 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 		log.Info("iptables backend ready", "family", fam, "tools", sys.Iptables.Describe())
 		// Weights of least-connection Services, from conntrack (idle
 		// without such Services).
-		go b.RunLeastConnection(ctx)
 		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 		flavours[fam] = sys.Flavour
 	}
@@ -303,12 +302,8 @@ func cleanupUpstream(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func dryRunHost() linux.Host {
-	if sys, err := linux.NewSystem(v1.IPv4Protocol, linux.FlavourAuto); err == nil {
-		return sys.Host
-	}
-	return &linux.FakeHost{}
-}
+// linuxAddrs lists the node's addresses for the Linux modes, over netlink.
+func linuxAddrs() ([]netip.Addr, error) { return linux.ProcHost().LocalAddresses() }
 
 // tuneNode applies, once at start, the process and kernel settings kube-proxy
 // applies: kproxy's OOM score and the conntrack sysctls. Failures are

@@ -13,7 +13,8 @@ import (
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
-	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	"github.com/kproxy/kproxy/platform/windows/plan"
 )
 
 // exitError returns a real *exec.ExitError.
@@ -31,8 +32,8 @@ func exitError(t *testing.T) error {
 }
 
 func TestClassifyErrors(t *testing.T) {
-	hnsErr := windows.NewError(windows.OpCreateLoadBalancer, windows.CodePortAlreadyExists, errors.New("port exists"))
-	hnsDown := windows.NewError(windows.OpListLoadBalancers, windows.CodeManagerStopped, errors.New("stopped"))
+	hnsErr := hns.NewError(hns.OpCreateLoadBalancer, hns.CodePortAlreadyExists, errors.New("port exists"))
+	hnsDown := hns.NewError(hns.OpListLoadBalancers, hns.CodeManagerStopped, errors.New("stopped"))
 	for _, tc := range []struct {
 		name     string
 		classify func(error) metrics.Cause
@@ -44,7 +45,7 @@ func TestClassifyErrors(t *testing.T) {
 		{"iptables deadline", classifyIPTablesError, fmt.Errorf("restore: %w", context.DeadlineExceeded), metrics.CauseTimeout},
 		{"HNS call error", classifyHNSError, fmt.Errorf("load balancer demo/web: %w", hnsErr), metrics.CauseRejected},
 		{"HNS restarting", classifyHNSError, errors.Join(errors.New("other"), hnsDown), metrics.CauseUnavailable},
-		{"HNS plan error", classifyHNSError, windows.ErrNoSourceVIP, metrics.CauseOther},
+		{"HNS plan error", classifyHNSError, plan.ErrNoSourceVIP, metrics.CauseOther},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := metrics.Classify(tc.err, tc.classify); got != tc.want {
@@ -62,7 +63,7 @@ func TestClassifyErrors(t *testing.T) {
 func TestHNSOptionsMetrics(t *testing.T) {
 	o := config.NewOptions()
 	m := metrics.New(metrics.Options{Mode: metrics.ModeKernelspace})
-	if got := hnsOptions(o, v1.IPv4Protocol, nil, app.Env{Metrics: m}).Metrics; got != windows.Metrics(m) {
+	if got := hnsOptions(o, v1.IPv4Protocol, nil, app.Env{Metrics: m}).Metrics; got != hns.Metrics(m) {
 		t.Errorf("Metrics = %v, want kproxy's", got)
 	}
 	if got := hnsOptions(o, v1.IPv4Protocol, nil, app.Env{}).Metrics; got != nil {

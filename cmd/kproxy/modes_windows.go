@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,8 +12,8 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/windows"
+	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
 func addPlatformModes(m app.Modes) {
@@ -25,21 +26,19 @@ func addPlatformModes(m app.Modes) {
 // newHNSBackend starts one HNS backend per IP family; each only touches load
 // balancers and endpoints of its family.
 func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Backends, error) {
-	hns, err := windows.NewHNS()
+	h, err := hns.NewHNS()
 	if err != nil {
 		return nil, fmt.Errorf("HNS: %w", err)
 	}
 	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		opts := hnsOptions(o, fam, hns, env)
-		// Overlay networks without a configured source VIP: reserved in the
-		// CNI host-local store (docs/windows.md).
-		opts.ReserveSourceVIP = windows.ReserveInIPAMStore(os.Getenv(envIPAMDataDir))
+		opts := hnsOptions(o, fam, h, env)
+		hostHNSOptions(&opts, os.Getenv)
 		b, err := windows.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
-		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
+		backends = append(backends, app.FamilyBackend{Family: fam, Snapshots: b})
 	}
 	klog.FromContext(ctx).Info("HNS backend ready", "network", o.Winkernel().NetworkName)
 	return backends, nil
@@ -47,13 +46,15 @@ func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Bac
 
 // cleanupHNS removes the load balancers and remote endpoints kproxy created.
 func cleanupHNS(ctx context.Context, o *config.Options) error {
-	hns, err := windows.NewHNS()
+	h, err := hns.NewHNS()
 	if err != nil {
 		return fmt.Errorf("HNS: %w", err)
 	}
 	var errs []error
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		b, err := windows.New(hnsOptions(o, fam, hns, app.Env{}))
+		opts := hnsOptions(o, fam, h, app.Env{})
+		opts.CNIConfig = cniConfigReader(os.Getenv) // the network the CNI names
+		b, err := windows.New(opts)
 		if err == nil {
 			err = b.Cleanup(ctx)
 		}
@@ -64,4 +65,5 @@ func cleanupHNS(ctx context.Context, o *config.Options) error {
 	return errors.Join(errs...)
 }
 
-func dryRunHost() linux.Host { return &linux.FakeHost{} }
+// linuxAddrs: a dry run of a Linux mode on Windows knows no address.
+func linuxAddrs() ([]netip.Addr, error) { return nil, nil }

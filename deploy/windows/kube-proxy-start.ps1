@@ -8,16 +8,19 @@
 # kproxy/start.ps1 as they are. Without, this script builds the command line
 # sig-windows-tools' script gives kube-proxy, with kproxy's equivalents:
 #   --proxy-mode=kernelspace
-#   --hostname-override=$env:NODE_NAME            (when set)
+#   --hostname-override=$env:NODENAME, else $env:NODE_NAME (when set: the
+#       current Calico DaemonSet sets NODENAME, older ones NODE_NAME)
 #   --kubeconfig=<the kube-proxy ConfigMap's kubeconfig.conf>, the first of
 #       $env:KUBEPROXY_KUBECONFIG and /var/lib/kube-proxy/kubeconfig.conf
 #       that exists (kproxy/start.ps1 resolves it, and the paths it names,
 #       under the sandbox mount point on containerd 1.6)
 #   --v=$env:KUBEPROXY_V                          (when set)
-# The HNS network is $env:KUBE_NETWORK, which kproxy reads itself; the
-# overlay source VIP is $env:SOURCE_VIP if set (kproxy/start.ps1), else
-# found by kproxy (Calico_ep, or reserved in the CNI's host-local store:
-# docs/windows.md). kube-proxy's --feature-gates (WinOverlay, WinDSR) are
+# The HNS network is $env:KUBE_NETWORK when the DaemonSet sets it (older
+# flannel ones did), which kproxy reads itself, else the network the node's
+# CNI configuration names (Calico's: "Calico"), else the node's only
+# L2Bridge or Overlay network; the overlay source VIP is $env:SOURCE_VIP if
+# set (kproxy/start.ps1), else found by kproxy (Calico_ep, as the Calico
+# script does, or reserved in the CNI's host-local store: docs/windows.md). kube-proxy's --feature-gates (WinOverlay, WinDSR) are
 # not needed: kproxy has no feature gates.
 $ErrorActionPreference = 'Stop'
 
@@ -30,8 +33,10 @@ if ($args.Count -gt 0) {
 }
 
 $kproxyArgs = @('--proxy-mode=kernelspace')
-if ($env:NODE_NAME) {
-    $kproxyArgs += "--hostname-override=$env:NODE_NAME"
+$node = $env:NODENAME
+if (-not $node) { $node = $env:NODE_NAME }
+if ($node) {
+    $kproxyArgs += "--hostname-override=$node"
 }
 $kubeconfig = $null
 foreach ($candidate in @($env:KUBEPROXY_KUBECONFIG, '/var/lib/kube-proxy/kubeconfig.conf')) {

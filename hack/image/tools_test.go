@@ -26,7 +26,7 @@ var dynamicExecs = map[string][]string{
 	"platform/linux/system_linux.go: s.cmds.Restore":              iptablesTools(),
 	"platform/linux/system_linux.go: s.cmds.Save":                 iptablesTools(),
 	"platform/linux/counters_linux.go: bin":                       iptablesTools(),
-	"platform/linux/nft/exec.go: s.path":                          {"nft"},
+	"platform/linux/nftables/exec.go: s.path":                     {"nft"},
 }
 
 func iptablesTools() []string {

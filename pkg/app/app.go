@@ -26,6 +26,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -46,10 +47,22 @@ type Env struct {
 	Metrics *metrics.Metrics
 }
 
-// FamilyBackend is the backend of one IP family.
+// FamilyBackend is the backend of one IP family. Backend programs the
+// family from the intent View the app builds at each sync; Snapshots, for
+// a backend that still reads the cache's snapshots itself (the Windows
+// one, until it takes Views), is used when Backend is nil.
 type FamilyBackend struct {
-	Family  v1.IPFamily
-	Backend proxy.Backend
+	Family    v1.IPFamily
+	Backend   intent.Backend
+	Snapshots proxy.Backend
+}
+
+// impl returns the backend value, whichever interface it serves.
+func (b FamilyBackend) impl() any {
+	if b.Backend != nil {
+		return b.Backend
+	}
+	return b.Snapshots
 }
 
 // Backends are a mode's backends, one per IP family the node proxies, in
@@ -70,9 +83,18 @@ type Mode struct {
 	// NewBackend builds the backends that program this node. nil when the
 	// mode cannot run on this OS.
 	NewBackend func(ctx context.Context, o *config.Options, env Env) (Backends, error)
-	// NewDryRun builds a side-effect-free renderer of what the backend would
-	// program; it works on any OS.
-	NewDryRun func(o *config.Options) (proxy.DryRunner, error)
+	// NewDryRun builds side-effect-free renderers of what the backends
+	// would program, one per family (each Backend an intent.DryRunner, or
+	// Snapshots a proxy.DryRunner); it works on any OS.
+	NewDryRun func(o *config.Options) (Backends, error)
+	// LocalAddrs lists the addresses on the node's interfaces (every
+	// family), read once per sync: the node's own addresses in the
+	// intent, and where NodePorts answer. nil: none are known (dry runs
+	// of a mode on another OS).
+	LocalAddrs func() ([]netip.Addr, error)
+	// PodsAlwaysKnown: the platform tells pods from other clients whatever
+	// the detect-local setting (see intent.Settings).
+	PodsAlwaysKnown bool
 	// Cleanup removes everything this mode programmed. nil when the mode
 	// cannot run on this OS.
 	Cleanup func(ctx context.Context, o *config.Options) error
@@ -260,7 +282,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 
 	s := &syncer{cache: c, backends: backends, log: logger, clock: d.Clock, metrics: m, health: health, services: hc,
 		reporter: rep, classify: func(err error) metrics.Cause { return metrics.Classify(err, mode.ClassifyError) }, afterSync: d.AfterSync, started: started, collect: d.CollectAfterFullSync,
-		bind: o.BindAddress()}
+		bind: o.BindAddress(), settings: Settings(o, mode), localAddrs: mode.LocalAddrs}
 	if d.HealthCheckIPs == nil {
 		if d.InterfaceAddrs == nil {
 			d.InterfaceAddrs = interfaceAddrs
@@ -304,6 +326,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	q.start(r.Trigger, fams, health, m)
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
+	go runLeastConnection(ctx, s, r.Trigger)
 	select {
 	case err := <-srcErr:
 		cancel()
@@ -455,17 +478,6 @@ func runSource(ctx context.Context, o *config.Options, client kubernetes.Interfa
 	return source.RunAPIServer(ctx, client, o.NodeName, o.ConfigSyncPeriod(), h)
 }
 
-func dryRun(o *config.Options, mode Mode, snap *proxy.Snapshot, w io.Writer) error {
-	if o.DryRunOutput == config.DryRunState || mode.NewDryRun == nil {
-		return proxy.WriteYAML(w, snap)
-	}
-	d, err := mode.NewDryRun(o)
-	if err != nil {
-		return fmt.Errorf("dry run: %w", err)
-	}
-	return d.DryRun(w, snap)
-}
-
 // buildVersion is the version label of kproxy_build_info ("v0.1.0", "dev").
 func buildVersion() string {
 	// version.String() is "kproxy VERSION (commit COMMIT, GOVERSION OS/ARCH)".
@@ -475,6 +487,22 @@ func buildVersion() string {
 	return "dev"
 }
 
-type logOnly struct{}
-
-func (logOnly) Sync(context.Context, *proxy.Snapshot, proxy.Changes) error { return nil }
+// runLeastConnection asks the runner for a sync when a backend's
+// least-connection counts are due for a refresh (checked every second,
+// until ctx is done): the sync reads them and rebuilds only the ports
+// whose counts changed. Nodes without least-connection Services never
+// trigger it.
+func runLeastConnection(ctx context.Context, s *syncer, trigger func()) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.connectionsDue() {
+			trigger()
+		}
+	}
+}

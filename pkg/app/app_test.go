@@ -26,6 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
@@ -42,7 +43,7 @@ type fakeBackend struct {
 	env    Env
 	mu     sync.Mutex
 	fail   error
-	syncs  []proxy.Changes
+	syncs  []*intent.View
 	// unsupported lists what the backend says it cannot program as asked.
 	unsupported []proxy.Unsupported
 	// quarantine lists the ports the backend says it left out.
@@ -61,10 +62,10 @@ func (b *fakeBackend) Unsupported() []proxy.Unsupported {
 	return b.unsupported
 }
 
-func (b *fakeBackend) Sync(_ context.Context, _ *proxy.Snapshot, ch proxy.Changes) error {
+func (b *fakeBackend) Sync(_ context.Context, v *intent.View) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.syncs = append(b.syncs, ch)
+	b.syncs = append(b.syncs, v)
 	return b.fail
 }
 

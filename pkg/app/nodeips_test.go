@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/config"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
@@ -93,10 +94,10 @@ func TestWithBindAddress(t *testing.T) {
 	}
 }
 
-// snapRecorder is a dry runner that keeps the snapshot it is given.
-type snapRecorder struct{ snap *proxy.Snapshot }
+// viewRecorder is a dry runner that keeps the View it is given.
+type viewRecorder struct{ v *intent.View }
 
-func (r *snapRecorder) DryRun(_ io.Writer, snap *proxy.Snapshot) error { r.snap = snap; return nil }
+func (r *viewRecorder) DryRun(_ io.Writer, v *intent.View) error { r.v = v; return nil }
 
 // TestBindAddressInDryRunAndSnapshot: --dry-run and Snapshot (kproxy
 // explain) see the node's primary IP that bindAddress gives, as the syncs do.
@@ -107,13 +108,15 @@ func TestBindAddressInDryRunAndSnapshot(t *testing.T) {
 	defer cancel()
 
 	o := options(t, "--manifests", dir, "--hostname-override", "node1", "--bind-address", "192.0.2.77", "--dry-run")
-	rec := &snapRecorder{}
-	mode := Mode{NewDryRun: func(*config.Options) (proxy.DryRunner, error) { return rec, nil }}
+	rec := &viewRecorder{}
+	mode := Mode{NewDryRun: func(*config.Options) (Backends, error) {
+		return Backends{{Family: v1.IPv4Protocol, Backend: dryRunOnly{rec}}}, nil
+	}}
 	if err := RunWith(ctx, o, Deps{Modes: Modes{"iptables": mode}}); err != nil {
 		t.Fatal(err)
 	}
-	if rec.snap == nil || !slices.Equal(rec.snap.Node.Addresses, want) {
-		t.Errorf("dry run: node addresses %v, want %v", rec.snap.Node.Addresses, want)
+	if rec.v == nil || !slices.Equal(rec.v.Node.Addresses, want) {
+		t.Errorf("dry run: node addresses %v, want %v", rec.v.Node.Addresses, want)
 	}
 
 	snap, err := Snapshot(ctx, o)
@@ -144,3 +147,8 @@ func TestSnapshotIPVSScheduler(t *testing.T) {
 		}
 	}
 }
+
+// dryRunOnly is a backend that only renders dry runs.
+type dryRunOnly struct{ intent.DryRunner }
+
+func (dryRunOnly) Sync(context.Context, *intent.View) error { return nil }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/healthcheck"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/logging"
 	"github.com/kproxy/kproxy/pkg/metrics"
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -56,6 +57,12 @@ type syncer struct {
 	// runAfter asks the runner for a sync after a while (the runner's
 	// TriggerAfter): when a quarantined service port is due for a retry.
 	runAfter func(time.Duration)
+	// settings and builders make each family's intent View; localAddrs
+	// lists the node's addresses once per sync (local: the last known).
+	settings   intent.Settings
+	builders   map[v1.IPFamily]*intent.Builder
+	localAddrs func() ([]netip.Addr, error)
+	local      []netip.Addr
 }
 
 // maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
@@ -87,6 +94,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	snap := withBindAddress(cached, s.bind)
 
 	start := s.clock.Now()
+	s.readLocalAddrs()
 	var errs []error
 	for _, b := range s.backends {
 		if s.acked != nil && !ch.Touches(s.acked.Family(b.Family), snap.Family(b.Family)) {
@@ -96,7 +104,15 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 			continue
 		}
 		began := s.clock.Now()
-		err := b.Backend.Sync(ctx, snap, ch)
+		var err error
+		var problems []proxy.Unsupported
+		if b.Backend != nil {
+			v := s.view(b, snap, ch)
+			problems = v.Problems()
+			err = b.Backend.Sync(ctx, v)
+		} else {
+			err = b.Snapshots.Sync(ctx, snap, ch)
+		}
 		took := s.clock.Since(began)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -106,7 +122,10 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 			continue
 		}
 		s.quarantined(b)
-		s.unsupported(b)
+		if r, ok := b.impl().(proxy.UnsupportedReporter); ok {
+			problems = append(problems, r.Unsupported()...)
+		}
+		s.unsupported(b.Family, problems)
 		s.metrics.Synced(b.Family, ch.Full, took)
 		s.metrics.NoLocalEndpoints(b.Family, snap.Family(b.Family))
 		s.metrics.PortsByAlgorithm(b.Family, snap.Family(b.Family))
@@ -146,7 +165,7 @@ func (s *syncer) scheduleRetry() {
 	}
 	var first time.Time
 	for _, b := range s.backends {
-		q, ok := b.Backend.(proxy.Quarantiner)
+		q, ok := b.impl().(proxy.Quarantiner)
 		if !ok {
 			continue
 		}
@@ -171,7 +190,7 @@ const ReasonQuarantined = "Quarantined"
 // Service, once per Service). The sync itself succeeded: everything else is
 // programmed, and health stays good.
 func (s *syncer) quarantined(b FamilyBackend) {
-	q, ok := b.Backend.(proxy.Quarantiner)
+	q, ok := b.impl().(proxy.Quarantiner)
 	if !ok {
 		return
 	}
@@ -193,24 +212,20 @@ type unsupportedKey struct {
 	reason string
 }
 
-// unsupported publishes what a backend left out of its last sync, the same
-// way on every OS: each (Service, reason) once while it applies — a
-// warning log line and a Warning Event on the Service, again if it comes
-// back after going away — and the kproxy_unsupported_service_ports gauge
-// by reason.
-func (s *syncer) unsupported(b FamilyBackend) {
-	r, ok := b.Backend.(proxy.UnsupportedReporter)
-	if !ok {
-		return
-	}
+// unsupported publishes what a family's last sync left out (its View's
+// problems and what the backend itself reports), the same way on every
+// OS: each (Service, reason) once while it applies — a warning log line
+// and a Warning Event on the Service, again if it comes back after going
+// away — and the kproxy_unsupported_service_ports gauge by reason.
+func (s *syncer) unsupported(family v1.IPFamily, problems []proxy.Unsupported) {
 	if s.reported == nil {
 		s.reported = map[unsupportedKey]bool{}
 	}
 	counts := map[string]int{}
 	cur := map[unsupportedKey]bool{}
-	for _, u := range r.Unsupported() {
+	for _, u := range problems {
 		counts[u.Reason]++
-		k := unsupportedKey{b.Family, u.Service, u.Reason}
+		k := unsupportedKey{family, u.Service, u.Reason}
 		if cur[k] {
 			continue
 		}
@@ -219,18 +234,65 @@ func (s *syncer) unsupported(b FamilyBackend) {
 			continue
 		}
 		logging.Warning(s.log, "Part of a Service is not programmed as asked", "service", u.Service.String(), "port", u.Port,
-			"family", b.Family, "reason", u.Reason, "message", u.Message)
+			"family", family, "reason", u.Reason, "message", u.Message)
 		s.reporter.serviceEvent(u.Service, u.Reason, actionSync, "node "+s.reporter.nodeName+": "+u.Message)
 	}
 	for k := range s.reported {
-		if k.family == b.Family && !cur[k] {
+		if k.family == family && !cur[k] {
 			delete(s.reported, k)
 		}
 	}
 	for k := range cur {
 		s.reported[k] = true
 	}
-	s.metrics.Unsupported(b.Family, counts)
+	s.metrics.Unsupported(family, counts)
+}
+
+// readLocalAddrs lists the node's addresses for this sync; when that
+// fails, the last known ones stay (NodePorts on a stale address list beat
+// no sync at all).
+func (s *syncer) readLocalAddrs() {
+	if s.localAddrs == nil {
+		return
+	}
+	addrs, err := s.localAddrs()
+	if err != nil {
+		s.log.Error(err, "Listing local addresses failed, using the last known ones")
+		return
+	}
+	s.local = addrs
+}
+
+// view builds the intent View of b's family for this sync: the backend's
+// least-connection counts first, then only what changed since the
+// family's previous View.
+func (s *syncer) view(b FamilyBackend, snap *proxy.Snapshot, ch proxy.Changes) *intent.View {
+	if s.builders == nil {
+		s.builders = map[v1.IPFamily]*intent.Builder{}
+	}
+	bld := s.builders[b.Family]
+	if bld == nil {
+		bld = intent.NewBuilder(b.Family)
+		s.builders[b.Family] = bld
+	}
+	ports := snap.Family(b.Family)
+	in := intent.Input{Config: s.settings.Config(b.Family, snap.Node, s.local), Ports: ports, Node: snap.Node,
+		LocalAddrs: s.local, Generation: snap.Generation, Changes: ch}
+	if cc, ok := b.Backend.(intent.ConnectionCounter); ok {
+		in.Conns, in.ConnsChanged = cc.Connections(ports, ch)
+	}
+	return bld.Build(in)
+}
+
+// connectionsDue reports whether a backend's least-connection counts are
+// due for a refresh (the app then asks the runner for a sync).
+func (s *syncer) connectionsDue() bool {
+	for _, b := range s.backends {
+		if cc, ok := b.Backend.(intent.ConnectionCounter); ok && cc.ConnectionsDue() {
+			return true
+		}
+	}
+	return false
 }
 
 // triggersSince keeps the trigger times after start. Like upstream, changes

@@ -166,13 +166,16 @@ func Explain(mode string, live bool, snap *proxy.Snapshot, q Query, t Tracer) (*
 		Path: tr.Path, Drift: tr.Drift, Notes: tr.Notes}
 	sp, fe := FindFrontend(snap.Family(q.Family()), q)
 	res.Frontend = fe
-	if sp != nil {
-		annotate(res.Targets, sp)
-		res.Decisions = Decisions(sp, fe.Kind, q)
-	}
-	res.Decisions = append(res.Decisions, tr.Decisions...)
 	res.Verdict = verdictOf(res.Targets)
 	res.Masquerade = masqueradeOf(res.Targets)
+	if sp != nil {
+		annotate(res.Targets, sp)
+		res.Decisions = consistent(Decisions(sp, fe.Kind, q), sp, fe.Kind, q, res.Verdict)
+	} else if owners := AddressOwners(snap.Family(q.Family()), q.To.Addr()); len(owners) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s is an address of %s, but not on port %d/%s",
+			q.To.Addr(), strings.Join(owners, "; "), q.To.Port(), strings.ToLower(string(q.Protocol))))
+	}
+	res.Decisions = append(res.Decisions, tr.Decisions...)
 	if sp == nil && res.Verdict == DNAT {
 		res.Notes = append(res.Notes, "the packet is rewritten although no Service of the snapshot has this address: state left from another Service or another proxy")
 	}
@@ -264,6 +267,53 @@ func FindFrontend(v *proxy.FamilyView, q Query) (*proxy.ServicePort, *Frontend) 
 		return np, &Frontend{Service: np.Name.String(), Kind: KindNodePort, Address: q.To.String(), Protocol: string(np.Protocol)}
 	}
 	return nil, nil
+}
+
+// AddressOwners lists, for each service port of v that has addr as its
+// ClusterIP, an externalIP or a LoadBalancer IP, "<kind> of <service
+// port> (<port>/<protocol>)", sorted: what a query missed when it names
+// a Service's address with another port or protocol.
+func AddressOwners(v *proxy.FamilyView, addr netip.Addr) []string {
+	if v == nil {
+		return nil
+	}
+	var out []string
+	for _, sp := range v.Sorted() {
+		kind := ""
+		switch {
+		case sp.ClusterIP == addr:
+			kind = KindClusterIP
+		case slices.Contains(sp.ExternalIPs, addr):
+			kind = KindExternalIP
+		case slices.Contains(sp.LoadBalancerIPs, addr):
+			kind = KindLoadBalancerIP
+		default:
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s of %s (%d/%s)", kind, sp.Name, sp.Port, strings.ToLower(string(sp.Protocol))))
+	}
+	return out
+}
+
+// consistent keeps the decisions from contradicting the verdict the
+// tracer found: a client on the node reaching an external frontend of a
+// Service with externalTrafficPolicy Local is short-circuited to the
+// cluster-wide endpoints (DNAT), so "dropped: no endpoint here" does not
+// apply to it; where the platform does not short-circuit (a verdict other
+// than DNAT), the Local policy's lines stand.
+func consistent(ds []string, sp *proxy.ServicePort, kind string, q Query, v Verdict) []string {
+	if kind == KindClusterIP || !sp.ExternalPolicyLocal || q.Origin == FromOutside || v != DNAT {
+		return ds
+	}
+	out := ds[:0:0]
+	for _, d := range ds {
+		if strings.Contains(d, "connections are dropped") || strings.HasPrefix(d, "externalTrafficPolicy Local, client on this node") {
+			continue
+		}
+		out = append(out, d)
+	}
+	return append(out, fmt.Sprintf("externalTrafficPolicy Local, client on this node: short-circuited to the cluster-wide endpoints (%d), as kube-proxy does",
+		len(sp.ClusterEndpoints)))
 }
 
 // Decisions names, in words, the policies that decide where q goes: traffic

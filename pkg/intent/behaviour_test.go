@@ -27,7 +27,7 @@ var nodeWide = map[proxytest.Target]bool{
 // cache, the intent of node1's ports is built, and each row's client, by its
 // source class and address, must get what the row expects (DNAT to one of
 // its backends, seen masqueraded or not, REJECT, DROP). Renderers are then
-// checked against the same rows (platform/linux/rules, platform/windows).
+// checked against the same rows (platform/linux/iptables, platform/windows).
 func TestBehaviourTable(t *testing.T) {
 	tb, err := proxytest.New()
 	if err != nil {

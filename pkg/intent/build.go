@@ -57,6 +57,9 @@ func (c *Config) AddrOK(a netip.Addr) bool { return c.addrOK(a) }
 func Build(cfg Config, sp *proxy.ServicePort, conns map[netip.AddrPort]int) (*Port, []proxy.Unsupported) {
 	b := builder{cfg: &cfg, sp: sp}
 	p := b.build(conns)
+	if p != nil {
+		p.Problems = b.problems
+	}
 	return p, b.problems
 }
 

@@ -170,6 +170,8 @@ func New(o Options) *Metrics {
 	m.unsupported = gauge(own, "unsupported_service_ports", "Parts of Services left out of the node's programming as the last sync found them, by reason (invalid input, what the platform cannot express; each also logged and a Warning Event)", family, "reason")
 	buildInfo := gauge(own, "build_info", "A metric with a constant '1' value labeled by the kproxy version, the Go version it was built with and the platform it runs on", "version", "go_version", "platform")
 	buildInfo.WithLabelValues(o.Version, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH).Set(1)
+	modeInfo := gauge(own, "proxy_mode_info", "A metric with a constant '1' value labeled by the proxy mode kproxy runs in", "mode")
+	modeInfo.WithLabelValues(o.Mode).Set(1)
 
 	m.restoreFailures = counter(upstream, "sync_proxy_rules_iptables_restore_failures_total", "Cumulative proxy iptables restore failures", family)
 	m.partialRestoreFailures = counter(upstream, "sync_proxy_rules_iptables_partial_restore_failures_total", "Cumulative proxy iptables partial restore failures", family)
@@ -189,7 +191,7 @@ func New(o Options) *Metrics {
 	m.reg.MustRegister(
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
 		m.programming, m.endpointChanges, m.serviceChanges, m.noLocalEndpoints, m.byAlgorithm,
-		m.healthz, m.livez, m.syncFailures, m.quarantined, m.unsupported, buildInfo,
+		m.healthz, m.livez, m.syncFailures, m.quarantined, m.unsupported, buildInfo, modeInfo,
 	)
 	if o.FrontendConflicts != nil {
 		conflicts := o.FrontendConflicts

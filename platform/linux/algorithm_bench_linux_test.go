@@ -53,11 +53,6 @@ func BenchmarkKernelFirstPacketScale(b *testing.B) {
 // firstPacketModes: the iptables mode per flavour, then the nftables mode.
 var firstPacketModes = []string{string(FlavourLegacy), string(FlavourNFT), "nftables"}
 
-// syncer is what both Linux backends offer the benchmark.
-type syncer interface {
-	Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes) error
-}
-
 func firstPacket(b *testing.B, mode string, alg proxy.Algorithm, n int) {
 	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "pods0"}, PeerName: "pods1"}
 	if err := netlink.LinkAdd(link); err != nil {
@@ -104,13 +99,13 @@ func firstPacket(b *testing.B, mode string, alg proxy.Algorithm, n int) {
 	}
 	target := netip.AddrPortFrom(eps[0].IP, 8080).String()
 	if mode != "direct" {
-		var be syncer
+		var be viewSyncer
 		if mode == "nftables" {
 			be = systemNFTBackend(b, v1.IPv4Protocol)
 		} else {
 			be = systemBackend(b, v1.IPv4Protocol, Flavour(mode), func(o *Options) { o.KeepUpstream = true })
 		}
-		if err := be.Sync(context.Background(), snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
+		if err := syncSnap(context.Background(), be, snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
 			b.Fatal(err)
 		}
 		target = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, byte((n - 1) >> 8), byte((n - 1) & 0xff)}), 80).String()

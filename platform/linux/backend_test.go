@@ -16,8 +16,10 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -44,13 +46,13 @@ func newWorld(t *testing.T, fam v1.IPFamily, mutate func(*Options)) *world {
 		cache: cache.New(cache.Options{NodeName: proxytest.Node1, Logger: &quiet}),
 		ipt:   NewFakeIptables(),
 		nft:   &FakeNFTables{},
-		ct:    &FakeConntrack{Flows: map[v1.IPFamily][]rules.Flow{}},
+		ct:    &FakeConntrack{Flows: map[v1.IPFamily][]conntrack.Flow{}},
 		svcs:  map[string]*v1.Service{},
 		sl:    map[string][]*discovery.EndpointSlice{},
 	}
 	node1, _ := topo.Node(proxytest.Node1)
 	w.host = &FakeHost{Addrs: append(node1.Addrs(v1.IPv4Protocol), append(node1.Addrs(v1.IPv6Protocol), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"))...)}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.ClusterCIDRs = topo.ClusterCIDRs()
 	opts := Options{Rules: cfg, Iptables: w.ipt, NFTables: w.nft, Conntrack: w.ct, Host: w.host}
 	if mutate != nil {
@@ -103,7 +105,7 @@ func (w *world) sync(full bool) (proxy.Changes, error) {
 	w.t.Helper()
 	snap, ch := w.cache.Snapshot()
 	ch.Full = ch.Full || full
-	err := w.b.Sync(context.Background(), snap, ch)
+	err := syncSnap(context.Background(), w.b, snap, ch)
 	if err == nil {
 		w.cache.Ack(snap)
 	}
@@ -128,13 +130,12 @@ func (w *world) checkMatchesFullPlan() {
 func (w *world) checkMatchesFullPlanWith(conns map[proxy.ServicePortName]map[netip.AddrPort]int) {
 	w.t.Helper()
 	snap, _ := w.cache.Snapshot()
-	p, err := rules.NewPlanner(w.b.opts.Rules)
+	p, err := iptables.NewPlanner(w.b.m.opts.Rules)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	plan := p.Plan(rules.Input{View: snap.Family(w.b.family), Node: snap.Node, LocalAddrs: w.host.Addrs, Changes: proxy.Changes{Full: true},
-		Connections: conns})
-	want := ruleset.New()
+	plan := p.Plan(iptables.Input{View: fullView(w.b.m.opts.Rules, snap.Family(w.b.family), snap.Node, w.host.Addrs, conns), Full: true})
+	want := iptmodel.New()
 	if err := want.Restore(plan.Restore, true); err != nil {
 		w.t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func (w *world) checkMatchesFullPlanWith(conns map[proxy.ServicePortName]map[net
 func ownedOnly(save string) string {
 	var out []string
 	for _, l := range strings.Split(save, "\n") {
-		if strings.Contains(l, rules.Prefix) || strings.HasPrefix(l, "*") {
+		if strings.Contains(l, iptables.Prefix) || strings.HasPrefix(l, "*") {
 			out = append(out, l)
 		}
 	}
@@ -201,7 +202,7 @@ func TestSyncFullThenPartial(t *testing.T) {
 	if w.ipt.Calls["Restore"] != restores {
 		t.Errorf("a sync without changes ran iptables-restore:\n%s", w.ipt.Restores[len(w.ipt.Restores)-1])
 	}
-	if want := 2 + len(rules.Jumps()); w.ipt.Calls["List"] != lists+want || w.b.Last().Full {
+	if want := 2 + len(iptables.Jumps()); w.ipt.Calls["List"] != lists+want || w.b.Last().Full {
 		t.Errorf("a sync without changes listed %d chains (want the 2 canaries and %d built-in chains), full=%v", w.ipt.Calls["List"]-lists, want-2, w.b.Last().Full)
 	}
 }
@@ -241,7 +242,7 @@ func TestSyncDetectsFlush(t *testing.T) {
 					t.Errorf("sync after tampering: full=%v, want %v", w.b.Last().Full, tc.wantAll)
 				}
 				w.checkMatchesFullPlan()
-				for _, j := range rules.Jumps() {
+				for _, j := range iptables.Jumps() {
 					if ok, err := w.ipt.Rules.Exists(j.Table, j.Chain, j.Spec...); err != nil || !ok {
 						t.Errorf("jump %s/%s %s not repaired (%v)", j.Table, j.Chain, j.Rule(), err)
 					}
@@ -258,7 +259,7 @@ func TestFullSyncRepairsDrift(t *testing.T) {
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1))
 	w.set("other", 2, proxytest.Ready(proxytest.PodA1))
 	w.mustSync(false)
-	svc, _, _, _ := rules.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "web"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
+	svc, _, _, _ := iptables.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "web"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
 	if err := w.ipt.Rules.Restore([]byte("*nat\n:"+svc+" - [0:0]\n-A "+svc+" -p tcp -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n*filter\n:KPROXY-OLD - [0:0]\nCOMMIT\n"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestSyncInterrupted(t *testing.T) {
 	cancel()
 	w.ipt.FailNext["Restore"] = errors.New("iptables-restore: signal: killed")
 	restores := w.ipt.Calls["Restore"]
-	err := w.b.Sync(ctx, snap, ch)
+	err := syncSnap(ctx, w.b, snap, ch)
 	if err == nil || !strings.Contains(err.Error(), "interrupted") || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sync = %v, want an interruption wrapping context.Canceled", err)
 	}
@@ -414,8 +415,8 @@ func TestTakeOver(t *testing.T) {
 			w.mustSync(false)
 
 			rs := w.ipt.Rules
-			h := ruleset.Host{LocalAddrs: w.host.Addrs}
-			outs, err := rs.Trace(h, ruleset.Packet{Src: netip.MustParseAddr("10.244.1.100"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 4000, DstPort: 80})
+			h := iptmodel.Host{LocalAddrs: w.host.Addrs}
+			outs, err := rs.Trace(h, iptmodel.Packet{Src: netip.MustParseAddr("10.244.1.100"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 4000, DstPort: 80})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -469,7 +470,7 @@ func TestCleanupRestoresPreviousState(t *testing.T) {
 			w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1), proxytest.WithLoadBalancer(), proxytest.WithAffinity(60))
 			w.mustSync(false)
 			// A jump inserted twice (by hand) is removed too.
-			j := rules.Jumps()[0]
+			j := iptables.Jumps()[0]
 			if err := w.ipt.Rules.Insert(j.Table, j.Chain, 2, j.Spec...); err != nil {
 				t.Fatal(err)
 			}
@@ -492,15 +493,15 @@ func TestCleanupRestoresPreviousState(t *testing.T) {
 
 func TestConntrackCleanup(t *testing.T) {
 	ap := netip.MustParseAddrPort
-	udp := func(dst, reply string) rules.Flow {
-		return rules.Flow{Protocol: v1.ProtocolUDP, OrigDst: ap(dst), ReplySrc: ap(reply)}
+	udp := func(dst, reply string) conntrack.Flow {
+		return conntrack.Flow{Protocol: v1.ProtocolUDP, OrigDst: ap(dst), ReplySrc: ap(reply)}
 	}
 	w := newWorld(t, v1.IPv4Protocol, nil)
 	// A UDP Service without endpoints: a client's flow to the ClusterIP was
 	// recorded without NAT (the reply comes from the ClusterIP itself).
 	w.set("dns", 1, nil, proxytest.WithNodePort())
 	w.mustSync(false)
-	w.ct.Flows[v1.IPv4Protocol] = []rules.Flow{
+	w.ct.Flows[v1.IPv4Protocol] = []conntrack.Flow{
 		udp("10.96.0.1:80", "10.96.0.1:80"),             // stale: no NAT
 		udp("192.168.50.1:30001", "192.168.50.1:30001"), // stale NodePort flow
 		udp("10.96.0.2:80", "10.96.0.2:80"),             // another Service: untouched
@@ -513,7 +514,7 @@ func TestConntrackCleanup(t *testing.T) {
 		t.Fatalf("after the first endpoints: %d flows left (%v), deleted %d", got, w.ct.Flows[v1.IPv4Protocol], w.b.Last().ConntrackDeleted)
 	}
 	// Flows to both endpoints; then pod-b1 goes away.
-	w.ct.Flows[v1.IPv4Protocol] = []rules.Flow{
+	w.ct.Flows[v1.IPv4Protocol] = []conntrack.Flow{
 		udp("10.96.0.1:80", "10.244.1.10:8080"),
 		udp("10.96.0.1:80", "10.244.2.10:8080"),
 		udp("192.168.50.1:30001", "10.244.2.10:8080"),
@@ -557,7 +558,7 @@ func TestDryRunHasNoSideEffects(t *testing.T) {
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1), proxytest.WithNodePort())
 	snap, _ := w.cache.Snapshot()
 	var out strings.Builder
-	if err := w.b.DryRun(&out, snap); err != nil {
+	if err := dryRunSnap(w.b, &out, snap); err != nil {
 		t.Fatal(err)
 	}
 	for k, n := range w.ipt.Calls {
@@ -572,7 +573,7 @@ func TestDryRunHasNoSideEffects(t *testing.T) {
 		}
 	}
 	// The output is valid restore input.
-	if err := ruleset.New().Restore([]byte(text), true); err != nil {
+	if err := iptmodel.New().Restore([]byte(text), true); err != nil {
 		t.Errorf("dry run output does not restore: %v", err)
 	}
 }

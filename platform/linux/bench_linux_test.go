@@ -91,7 +91,7 @@ func benchOnce(b *testing.B, f Flavour, n int) {
 	runtime.ReadMemStats(&before)
 
 	start := time.Now()
-	if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 		b.Fatal(err)
 	}
 	full := time.Since(start)
@@ -114,7 +114,7 @@ func benchOnce(b *testing.B, f Flavour, n int) {
 		sp.ClusterEndpoints[0].Port = int32(9000 + i)
 		ports[name] = &sp
 		start := time.Now()
-		if err := be.Sync(ctx, snapOfPorts(ports), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}); err != nil {
+		if err := syncSnap(ctx, be, snapOfPorts(ports), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}); err != nil {
 			b.Fatal(err)
 		}
 		changes = append(changes, time.Since(start))
@@ -123,7 +123,7 @@ func benchOnce(b *testing.B, f Flavour, n int) {
 		}
 	}
 	start = time.Now()
-	if err := be.Sync(ctx, snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(ctx, be, snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
 		b.Fatal(err)
 	}
 	resync := time.Since(start)

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 )
 
 // maxPendingConntrack bounds the frontends whose stale-flow cleanup waits
@@ -27,16 +27,16 @@ type conntrackKey struct {
 }
 
 type queued struct {
-	f   rules.ConntrackFilter
+	f   conntrack.Filter
 	seq uint64
 }
 
-func keyOf(f rules.ConntrackFilter) conntrackKey {
+func keyOf(f conntrack.Filter) conntrackKey {
 	return conntrackKey{string(f.Protocol), f.OrigDst.String()}
 }
 
 // add queues the filters of one plan.
-func (q *conntrackQueue) add(filters []rules.ConntrackFilter) {
+func (q *conntrackQueue) add(filters []conntrack.Filter) {
 	if len(filters) == 0 {
 		return
 	}
@@ -69,8 +69,8 @@ func (q *conntrackQueue) len() int    { return len(q.byKey) }
 func (q *conntrackQueue) clear()      { clear(q.byKey) }
 
 // filters returns the queued filters.
-func (q *conntrackQueue) filters() []rules.ConntrackFilter {
-	out := make([]rules.ConntrackFilter, 0, len(q.byKey))
+func (q *conntrackQueue) filters() []conntrack.Filter {
+	out := make([]conntrack.Filter, 0, len(q.byKey))
 	for _, e := range q.byKey {
 		out = append(out, e.f)
 	}

@@ -4,13 +4,12 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
-func ctFilter(dst string, keep ...string) rules.ConntrackFilter {
-	f := rules.ConntrackFilter{Protocol: v1.ProtocolUDP, OrigDst: netip.MustParseAddrPort(dst)}
+func ctFilter(dst string, keep ...string) conntrack.Filter {
+	f := conntrack.Filter{Protocol: v1.ProtocolUDP, OrigDst: netip.MustParseAddrPort(dst)}
 	for _, k := range keep {
 		f.Keep = append(f.Keep, netip.MustParseAddrPort(k))
 	}
@@ -20,14 +19,14 @@ func ctFilter(dst string, keep ...string) rules.ConntrackFilter {
 func TestConntrackQueueNewestKeepSetWins(t *testing.T) {
 	var q conntrackQueue
 	// A failed plan kept pod-a; a later plan (pod-a gone) keeps only pod-b.
-	q.add([]rules.ConntrackFilter{ctFilter("10.96.0.1:53", "10.244.1.1:53")})
-	q.add([]rules.ConntrackFilter{ctFilter("10.96.0.1:53", "10.244.2.1:53")})
+	q.add([]conntrack.Filter{ctFilter("10.96.0.1:53", "10.244.1.1:53")})
+	q.add([]conntrack.Filter{ctFilter("10.96.0.1:53", "10.244.2.1:53")})
 	if q.len() != 1 {
 		t.Fatalf("%d filters queued for one frontend, want 1", q.len())
 	}
-	m := rules.NewConntrackMatcher(q.filters())
-	flow := func(reply string) rules.Flow {
-		return rules.Flow{Protocol: v1.ProtocolUDP, OrigDst: netip.MustParseAddrPort("10.96.0.1:53"), ReplySrc: netip.MustParseAddrPort(reply)}
+	m := conntrack.NewMatcher(q.filters())
+	flow := func(reply string) conntrack.Flow {
+		return conntrack.Flow{Protocol: v1.ProtocolUDP, OrigDst: netip.MustParseAddrPort("10.96.0.1:53"), ReplySrc: netip.MustParseAddrPort(reply)}
 	}
 	if !m.Match(flow("10.244.1.1:53")) {
 		t.Error("a flow to the endpoint removed since the failed plan survives the retry")
@@ -36,8 +35,8 @@ func TestConntrackQueueNewestKeepSetWins(t *testing.T) {
 		t.Error("a flow to the current endpoint is deleted")
 	}
 	// Filters of one plan on the same frontend merge.
-	q.add([]rules.ConntrackFilter{ctFilter("10.96.0.1:53", "10.244.2.1:53"), ctFilter("10.96.0.1:53", "10.244.3.1:53")})
-	m = rules.NewConntrackMatcher(q.filters())
+	q.add([]conntrack.Filter{ctFilter("10.96.0.1:53", "10.244.2.1:53"), ctFilter("10.96.0.1:53", "10.244.3.1:53")})
+	m = conntrack.NewMatcher(q.filters())
 	if m.Match(flow("10.244.2.1:53")) || m.Match(flow("10.244.3.1:53")) {
 		t.Error("filters of one plan on one frontend did not merge")
 	}
@@ -49,7 +48,7 @@ func TestConntrackQueueIsBounded(t *testing.T) {
 		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 53).String()
 	}
 	for i := range maxPendingConntrack + 500 {
-		q.add([]rules.ConntrackFilter{ctFilter(addr(i))})
+		q.add([]conntrack.Filter{ctFilter(addr(i))})
 	}
 	if q.len() != maxPendingConntrack {
 		t.Fatalf("%d frontends queued, want the cap %d", q.len(), maxPendingConntrack)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 )
 
 // PacketCounters are the packet counters of the rules behind upstream
@@ -31,10 +31,10 @@ func ParsePacketCounters(listing []byte) PacketCounters {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(line, "-A "+rules.ChainForward+" ") && strings.Contains(line, "--ctstate INVALID") && strings.HasSuffix(line, "-j DROP"):
+		case strings.HasPrefix(line, "-A "+iptables.ChainForward+" ") && strings.Contains(line, "--ctstate INVALID") && strings.HasSuffix(line, "-j DROP"):
 			pc.InvalidDropped += pkts
 			pc.FoundInvalidDropped = true
-		case strings.HasPrefix(line, "-A "+rules.ChainFirewall+" ") && strings.Contains(line, "kproxy localhost nodeports"):
+		case strings.HasPrefix(line, "-A "+iptables.ChainFirewall+" ") && strings.Contains(line, "kproxy localhost nodeports"):
 			pc.LocalhostNodePortsAccepted += pkts
 			pc.FoundLocalhostNodePortsAccepted = true
 		}

@@ -5,14 +5,14 @@
 //
 // # Using it
 //
-//	b, err := linux.New(linux.Options{Rules: cfg})  // cfg: rules.Config for one family
+//	b, err := linux.New(linux.Options{Rules: cfg})  // cfg: facts.Config for one family
 //	err = b.Sync(ctx, snap, changes)                // proxy.Backend
 //	err = b.DryRun(os.Stdout, snap)                 // proxy.DryRunner: the exact restore input
 //	err = b.Cleanup(ctx)                            // kproxy --cleanup
 //
-// rules.DefaultConfig(family) gives upstream kube-proxy's defaults; set
+// facts.DefaultConfig(family) gives upstream kube-proxy's defaults; set
 // ClusterCIDRs (--cluster-cidr), MasqueradeAll, NodePortAddresses and
-// NodePortPrimary (rules.ParseNodePortAddresses parses the flag),
+// NodePortPrimary (facts.ParseNodePortAddresses parses the flag),
 // LocalhostNodePorts, MasqueradeBit, and RandomFully (HasRandomFully probes
 // it). With nil seams, New uses the real ones (NewSystem): the iptables
 // tools of the flavour the host already uses (DetectFlavour, like

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/rules/rulesfuzz"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	"github.com/kproxy/kproxy/platform/linux/iptables/rulesfuzz"
 )
 
 // TestKernelRestoreAcceptsFuzzedPlans feeds the planner's fuzz inputs
@@ -37,12 +37,12 @@ func TestKernelRestoreAcceptsFuzzedPlans(t *testing.T) {
 					}
 					for i, in := range inputs {
 						view, node, local := rulesfuzz.Input(in, fam)
-						cfg := rules.DefaultConfig(fam)
-						p, err := rules.NewPlanner(cfg)
+						cfg := facts.DefaultConfig(fam)
+						p, err := iptables.NewPlanner(cfg)
 						if err != nil {
 							t.Fatal(err)
 						}
-						plan := p.Plan(rules.Input{View: view, Node: node, LocalAddrs: local, Changes: proxy.Changes{Full: true}})
+						plan := p.Plan(iptables.Input{View: fullView(cfg, view, node, local, nil), Full: true})
 						if out, err := restore(cmds.Restore, plan.Restore, "--test", "--noflush"); err != nil {
 							t.Fatalf("input %d (%q): %s --test rejects the plan: %v\n%s\nplan:\n%s", i, in, cmds.Restore, err, out, plan.Restore)
 						}

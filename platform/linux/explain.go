@@ -2,14 +2,15 @@ package linux
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/kproxy/kproxy/pkg/explain"
-	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/pkg/intent"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
+	"github.com/kproxy/kproxy/platform/linux/iptables/syntax"
 )
 
 // IptablesExplainer is `kproxy explain`'s tracer for the iptables mode: it
@@ -17,23 +18,23 @@ import (
 // holding either kproxy's plan applied to empty tables (planned) or what
 // iptables-save printed (live, with the drift from the plan).
 type IptablesExplainer struct {
-	rs    *ruleset.Ruleset
-	host  ruleset.Host
+	rs    *iptmodel.Ruleset
+	host  iptmodel.Host
 	drift []string
 }
 
 var _ explain.Tracer = (*IptablesExplainer)(nil)
 
-// plannedRuleset plans a full sync of one family for snap and applies it to
-// empty tables, as the applier applies it to the kernel: the restore input,
-// then the jumps at the top of the built-in chains.
-func plannedRuleset(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*ruleset.Ruleset, []rules.Jump, error) {
-	p, err := rules.NewPlanner(cfg)
+// plannedRuleset plans a full sync of v and applies it to empty tables, as
+// the applier applies it to the kernel: the restore input, then the jumps
+// at the top of the built-in chains.
+func plannedRuleset(cfg facts.Config, v *intent.View) (*iptmodel.Ruleset, []iptables.Jump, error) {
+	p, err := iptables.NewPlanner(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("iptables planner: %w", err)
 	}
-	plan := p.Plan(rules.Input{View: snap.Family(cfg.Family), Node: snap.Node, LocalAddrs: local, Changes: proxy.Changes{Full: true}})
-	rs := ruleset.New()
+	plan := p.Plan(iptables.Input{View: v, Full: true})
+	rs := iptmodel.New()
 	if err := rs.Restore(plan.Restore, true); err != nil {
 		return nil, nil, fmt.Errorf("applying the plan to the iptables model: %w", err)
 	}
@@ -46,34 +47,34 @@ func plannedRuleset(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) 
 	return rs, plan.Jumps, nil
 }
 
-// PlannedIptables returns a tracer over kproxy's plan of cfg.Family for snap,
-// on a node with these local addresses.
-func PlannedIptables(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*IptablesExplainer, error) {
-	rs, _, err := plannedRuleset(cfg, snap, local)
+// PlannedIptables returns a tracer over kproxy's plan of v (a full View of
+// cfg.Family, with the node's local addresses).
+func PlannedIptables(cfg facts.Config, v *intent.View) (*IptablesExplainer, error) {
+	rs, _, err := plannedRuleset(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	return &IptablesExplainer{rs: rs, host: ruleset.Host{LocalAddrs: local}}, nil
+	return &IptablesExplainer{rs: rs, host: iptmodel.Host{LocalAddrs: v.LocalAddrs}}, nil
 }
 
 // LiveIptables returns a tracer over save, the iptables-save output of the nat
 // and filter tables of cfg.Family, with a line for every difference from
-// kproxy's plan for snap.
-func LiveIptables(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, save []byte) (*IptablesExplainer, error) {
-	live, err := ruleset.Parse(save)
+// kproxy's plan of v.
+func LiveIptables(cfg facts.Config, v *intent.View, save []byte) (*IptablesExplainer, error) {
+	live, err := iptmodel.Parse(save)
 	if err != nil {
 		return nil, fmt.Errorf("reading iptables-save output: %w", err)
 	}
-	planned, jumps, err := plannedRuleset(cfg, snap, local)
+	planned, jumps, err := plannedRuleset(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	return &IptablesExplainer{rs: live, host: ruleset.Host{LocalAddrs: local}, drift: IptablesDrift(planned, live, jumps)}, nil
+	return &IptablesExplainer{rs: live, host: iptmodel.Host{LocalAddrs: v.LocalAddrs}, drift: IptablesDrift(planned, live, jumps)}, nil
 }
 
 // Trace follows the first packet of q through the tables.
 func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
-	pkt := ruleset.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
+	pkt := iptmodel.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
 		SrcPort: 40000, DstPort: q.To.Port(), Local: q.Origin == explain.FromNode}
 	outs, err := e.rs.Trace(e.host, pkt)
 	if err != nil {
@@ -86,14 +87,14 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 		t := explain.Target{Probability: o.Probability, Masquerade: o.Masquerade}
 		byKproxy := decidedByKproxy(o)
 		switch {
-		case (o.Verdict == ruleset.Reject || o.Verdict == ruleset.Drop) && !byKproxy && !o.DNAT:
+		case (o.Verdict == iptmodel.Reject || o.Verdict == iptmodel.Drop) && !byKproxy && !o.DNAT:
 			// The host's own rules (a FORWARD policy of DROP, say) decide
 			// the fate of a packet kproxy does not handle.
 			t.Verdict = explain.NotHandled
 			tr.Notes = appendOnce(tr.Notes, fmt.Sprintf("kproxy does not handle it; the host's own rules then %s it (%s)", strings.ToLower(string(o.Verdict)), lastStep(o)))
-		case o.Verdict == ruleset.Reject:
+		case o.Verdict == iptmodel.Reject:
 			t.Verdict = explain.Reject
-		case o.Verdict == ruleset.Drop:
+		case o.Verdict == iptmodel.Drop:
 			t.Verdict = explain.Drop
 		case o.DNAT:
 			t.Verdict = explain.DNAT
@@ -120,9 +121,9 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 
 // decidedByKproxy reports whether a DROP or REJECT of o comes from a rule
 // of a kproxy chain (kproxy's own REJECT and DROP rules, in KPROXY-FIREWALL).
-func decidedByKproxy(o ruleset.Outcome) bool {
+func decidedByKproxy(o iptmodel.Outcome) bool {
 	for _, st := range o.Steps {
-		if rules.Owned(st.Chain) && (st.Target == "DROP" || st.Target == "REJECT") {
+		if iptables.Owned(st.Chain) && (st.Target == "DROP" || st.Target == "REJECT") {
 			return true
 		}
 	}
@@ -131,7 +132,7 @@ func decidedByKproxy(o ruleset.Outcome) bool {
 
 // lastStep names where a packet's fate was decided: the last rule taken, or
 // the policy of the last chain.
-func lastStep(o ruleset.Outcome) string {
+func lastStep(o iptmodel.Outcome) string {
 	if n := len(o.Steps); n > 0 && (o.Steps[n-1].Target == "DROP" || o.Steps[n-1].Target == "REJECT") {
 		st := o.Steps[n-1]
 		return fmt.Sprintf("%s/%s rule %d: %s", st.Table, st.Chain, st.Rule, st.Spec)
@@ -161,10 +162,10 @@ func mergeTarget(ts []explain.Target, t explain.Target) []explain.Target {
 	return append(ts, t)
 }
 
-func touchesKproxy(outs []ruleset.Outcome) bool {
+func touchesKproxy(outs []iptmodel.Outcome) bool {
 	for _, o := range outs {
 		for _, p := range o.Path {
-			if rules.Owned(p[strings.IndexByte(p, '/')+1:]) {
+			if iptables.Owned(p[strings.IndexByte(p, '/')+1:]) {
 				return true
 			}
 		}
@@ -175,7 +176,7 @@ func touchesKproxy(outs []ruleset.Outcome) bool {
 // iptablesPath lists the rules every outcome took in common, each
 // outcome's own rules (the endpoint choice, a verdict), then the rules every
 // outcome took after them.
-func iptablesPath(outs []ruleset.Outcome) []explain.Step {
+func iptablesPath(outs []iptmodel.Outcome) []explain.Step {
 	if len(outs) == 0 {
 		return nil
 	}
@@ -222,7 +223,7 @@ func iptablesPath(outs []ruleset.Outcome) []explain.Step {
 	return path
 }
 
-func stepOf(s ruleset.Step, prefix string) explain.Step {
+func stepOf(s iptmodel.Step, prefix string) explain.Step {
 	return explain.Step{
 		Where: fmt.Sprintf("%s%s/%s rule %d", prefix, s.Table, s.Chain, s.Rule),
 		What:  "-A " + s.Chain + " " + s.Spec,
@@ -232,20 +233,20 @@ func stepOf(s ruleset.Step, prefix string) explain.Step {
 
 // ruleReason says in words what a rule kproxy writes does, from its chain,
 // target and matches.
-func ruleReason(s ruleset.Step) string {
-	args, _ := ruleset.Split(s.Spec)
+func ruleReason(s iptmodel.Step) string {
+	args, _ := syntax.Split(s.Spec)
 	svc := argAfter(args, "--comment")
 	of := ""
 	if svc != "" {
 		of = " of " + svc
 	}
-	builtin := !rules.Owned(s.Chain)
+	builtin := !iptables.Owned(s.Chain)
 	switch {
-	case builtin && rules.Owned(s.Target):
+	case builtin && iptables.Owned(s.Target):
 		return "kproxy's jump from the built-in chain into " + s.Target
 	case builtin:
 		return "a rule that is not kproxy's, in a built-in chain (target " + s.Target + ")"
-	case !rules.Owned(s.Chain):
+	case !iptables.Owned(s.Chain):
 		return "not kproxy's rule"
 	}
 	t := s.Target
@@ -262,17 +263,17 @@ func ruleReason(s ruleset.Step) string {
 		return "to the shard of Service frontends holding this destination"
 	case strings.HasPrefix(t, "KPROXY-NP-"):
 		return "to the shard of NodePorts holding this port"
-	case t == rules.ChainNodePorts:
+	case t == iptables.ChainNodePorts:
 		return "no Service IP matched and the destination is a local address: look for a NodePort"
-	case t == rules.ChainReject:
+	case t == iptables.ChainReject:
 		return "no usable endpoint" + of + ": marked to be rejected (in filter)"
-	case t == rules.ChainDrop:
+	case t == iptables.ChainDrop:
 		return "no endpoint for this traffic" + of + ": marked to be dropped (in filter)"
-	case t == rules.ChainOffCluster:
+	case t == iptables.ChainOffCluster:
 		return "check whether the source is inside the cluster"
-	case t == rules.ChainHairpin:
+	case t == iptables.ChainHairpin:
 		return "the connection was DNATed: check for a pod reaching itself (hairpin)"
-	case t == rules.ChainPostrouting, t == rules.ChainFirewall, t == rules.ChainServices:
+	case t == iptables.ChainPostrouting, t == iptables.ChainFirewall, t == iptables.ChainServices:
 		return "to kproxy's " + t + " chain"
 	case t == "DNAT":
 		why := "DNAT to " + argAfter(args, "--to-destination")
@@ -287,13 +288,13 @@ func ruleReason(s ruleset.Step) string {
 		return "session affinity: a client seen within the timeout keeps its endpoint"
 	case t == "MARK":
 		switch s.Chain {
-		case rules.ChainReject:
+		case iptables.ChainReject:
 			return "marked for REJECT"
-		case rules.ChainDrop:
+		case iptables.ChainDrop:
 			return "marked for DROP"
-		case rules.ChainOffCluster:
+		case iptables.ChainOffCluster:
 			return "source outside the cluster CIDRs: marked for masquerade"
-		case rules.ChainPostrouting:
+		case iptables.ChainPostrouting:
 			return "masquerade mark cleared before masquerading"
 		}
 		if strings.HasPrefix(s.Chain, "KPROXY-EXT-") {
@@ -301,12 +302,12 @@ func ruleReason(s ruleset.Step) string {
 		}
 		return "marked for masquerade"
 	case t == "MASQUERADE" || t == "SNAT":
-		if s.Chain == rules.ChainHairpin {
+		if s.Chain == iptables.ChainHairpin {
 			return "a pod reaching itself through the Service: source masqueraded"
 		}
 		return "the connection was marked: source masqueraded"
 	case t == "RETURN":
-		if s.Chain == rules.ChainOffCluster {
+		if s.Chain == iptables.ChainOffCluster {
 			return "source inside the cluster: not masqueraded"
 		}
 		return "back to the calling chain"
@@ -316,7 +317,7 @@ func ruleReason(s ruleset.Step) string {
 		return "rejected: the Service has no usable endpoint"
 	case t == "DROP":
 		return "dropped"
-	case strings.HasPrefix(t, rules.Prefix):
+	case strings.HasPrefix(t, iptables.Prefix):
 		return "to kproxy's chain " + t
 	}
 	return "target " + t
@@ -334,5 +335,5 @@ func argAfter(args []string, flag string) string {
 // Save renders the tables the explainer traces as iptables-save would (nat
 // then filter), for tests and tools.
 func (e *IptablesExplainer) Save() string {
-	return e.rs.Save(rules.TableNAT) + e.rs.Save(rules.TableFilter)
+	return e.rs.Save(iptables.TableNAT) + e.rs.Save(iptables.TableFilter)
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 )
 
 // terminal targets end a packet's walk through a built-in chain (or send it
@@ -16,9 +16,9 @@ var terminal = map[string]bool{"ACCEPT": true, "DROP": true, "REJECT": true, "RE
 // to empty tables, with its jumps) and returns one line per difference:
 // kproxy chains missing, stale or different, a missing jump, a rule of
 // someone else in front of a jump.
-func IptablesDrift(planned, live *ruleset.Ruleset, jumps []rules.Jump) []string {
+func IptablesDrift(planned, live *iptmodel.Ruleset, jumps []iptables.Jump) []string {
 	var out []string
-	for _, table := range []string{rules.TableNAT, rules.TableFilter} {
+	for _, table := range []string{iptables.TableNAT, iptables.TableFilter} {
 		pt, lt := planned.Table(table), live.Table(table)
 		want, have := ownedChains(pt), ownedChains(lt)
 		if len(have) == 0 && len(want) > 0 {
@@ -51,8 +51,8 @@ func IptablesDrift(planned, live *ruleset.Ruleset, jumps []rules.Jump) []string 
 	return out
 }
 
-func jumpDrift(live *ruleset.Ruleset, j rules.Jump) []string {
-	want, err := ruleset.ParseRule(j.Spec)
+func jumpDrift(live *iptmodel.Ruleset, j iptables.Jump) []string {
+	want, err := iptmodel.ParseRule(j.Spec)
 	if err != nil {
 		return []string{fmt.Sprintf("cannot read the planned jump %s/%s %v: %v", j.Table, j.Chain, j.Spec, err)}
 	}
@@ -74,7 +74,7 @@ func jumpDrift(live *ruleset.Ruleset, j rules.Jump) []string {
 	}
 	var out []string
 	for _, r := range c.Rules[:at] {
-		if rules.Owned(r.Target()) {
+		if iptables.Owned(r.Target()) {
 			continue
 		}
 		if terminal[r.Target()] || r.IsJump() {
@@ -84,16 +84,16 @@ func jumpDrift(live *ruleset.Ruleset, j rules.Jump) []string {
 	return out
 }
 
-func ownedChains(t *ruleset.Table) []string {
+func ownedChains(t *iptmodel.Table) []string {
 	var out []string
 	for _, n := range t.ChainNames() {
-		if rules.Owned(n) {
+		if iptables.Owned(n) {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
-func sameRules(a, b *ruleset.Chain) bool {
-	return slices.EqualFunc(a.Rules, b.Rules, func(x, y *ruleset.Rule) bool { return x.Spec == y.Spec })
+func sameRules(a, b *iptmodel.Chain) bool {
+	return slices.EqualFunc(a.Rules, b.Rules, func(x, y *iptmodel.Rule) bool { return x.Spec == y.Spec })
 }

@@ -11,39 +11,36 @@ import (
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
 
 // NFTExplainer is `kproxy explain`'s tracer for the nftables mode: it
 // follows a query through a Model of kproxy's table with nft's tracer,
-// holding either kproxy's plan applied to an empty nft.Fake (planned) or
+// holding either kproxy's plan applied to an empty nftmodel.Fake (planned) or
 // the table read back from the kernel (live, with the drift from the plan).
 type NFTExplainer struct {
-	cfg   rules.Config
-	model *nft.Model
-	tr    *nft.Tracer
-	host  nft.Host
+	cfg   facts.Config
+	model *nftmodel.Model
+	tr    *nftmodel.Tracer
+	host  nftmodel.Host
 	drift []string
 	notes []string
 }
 
 var _ explain.Tracer = (*NFTExplainer)(nil)
 
-// plannedNFTPlan renders a full sync of cfg's family for snap on a node
-// with these local addresses, as NFTBackend.DryRun does.
-func plannedNFTPlan(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*nft.Plan, error) {
-	rd, err := nft.NewRenderer(cfg)
+// plannedNFTPlan renders a full sync of v (a full View of cfg's family),
+// as NFTBackend.DryRun does.
+func plannedNFTPlan(cfg facts.Config, v *intent.View) (*nftables.Plan, error) {
+	rd, err := nftables.NewRenderer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	node, icfg := nftFacts(cfg, snap.Node, local)
-	in := nft.Input{Full: true, Node: node, Ports: map[proxy.ServicePortName]*intent.Port{}}
-	if view := snap.Family(cfg.Family); view != nil {
-		for _, sp := range view.Sorted() {
-			p, _ := intent.Build(icfg, sp, nil)
-			in.Ports[sp.Name] = p
-		}
+	in := nftables.Input{Full: true, Node: nftFacts(cfg, v.Node, v.LocalAddrs), Ports: map[proxy.ServicePortName]*intent.Port{}}
+	for _, p := range v.Sorted() {
+		in.Ports[p.Name] = p
 	}
 	plan, _ := rd.Render(in, nil)
 	return plan, nil
@@ -51,37 +48,37 @@ func plannedNFTPlan(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) 
 
 // plannedNFT applies plannedNFTPlan to an empty Fake: the table kproxy
 // would hold.
-func plannedNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*nft.Model, error) {
-	plan, err := plannedNFTPlan(cfg, snap, local)
+func plannedNFT(cfg facts.Config, v *intent.View) (*nftmodel.Model, error) {
+	plan, err := plannedNFTPlan(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	f := nft.NewFake(nft.Family(cfg.Family), nft.TableName)
+	f := nftmodel.NewFake(nftables.Family(cfg.Family), nftables.TableName)
 	if err := f.Run(context.Background(), plan.Tx); err != nil {
 		return nil, fmt.Errorf("applying the plan to the nftables model: %w", err)
 	}
 	return f.Model(), nil
 }
 
-func newNFTExplainer(cfg rules.Config, m *nft.Model, local []netip.Addr) (*NFTExplainer, error) {
+func newNFTExplainer(cfg facts.Config, m *nftmodel.Model, local []netip.Addr) (*NFTExplainer, error) {
 	if m == nil {
-		m = &nft.Model{Chains: map[string]*nft.Chain{}, Sets: map[string]*nft.Set{}}
+		m = &nftmodel.Model{Chains: map[string]*nftmodel.Chain{}, Sets: map[string]*nftmodel.Set{}}
 	}
-	tr, err := nft.NewTracer(nft.Family(cfg.Family), m)
+	tr, err := nftmodel.NewTracer(nftables.Family(cfg.Family), m)
 	if err != nil {
 		return nil, fmt.Errorf("reading kproxy's nftables table for tracing: %w", err)
 	}
-	return &NFTExplainer{cfg: cfg, model: m, tr: tr, host: nft.Host{LocalAddrs: local}}, nil
+	return &NFTExplainer{cfg: cfg, model: m, tr: tr, host: nftmodel.Host{LocalAddrs: local}}, nil
 }
 
-// PlannedNFT returns a tracer over kproxy's plan of cfg.Family for snap, on
-// a node with these local addresses.
-func PlannedNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr) (*NFTExplainer, error) {
-	m, err := plannedNFT(cfg, snap, local)
+// PlannedNFT returns a tracer over kproxy's plan of v (a full View of
+// cfg.Family, with the node's local addresses).
+func PlannedNFT(cfg facts.Config, v *intent.View) (*NFTExplainer, error) {
+	m, err := plannedNFT(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	return newNFTExplainer(cfg, m, local)
+	return newNFTExplainer(cfg, m, v.LocalAddrs)
 }
 
 // NFTLive is what was read from a node for a live explanation.
@@ -95,54 +92,54 @@ type NFTLive struct {
 }
 
 // LiveNFT returns a tracer over kproxy's table as read from the node, with
-// a line for every difference from kproxy's plan for snap and a note for
+// a line for every difference from kproxy's plan of v and a note for
 // every other table's NAT chain that sees connections before kproxy's.
-func LiveNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, in NFTLive) (*NFTExplainer, error) {
-	fam := nft.Family(cfg.Family)
-	var l nft.Listing
+func LiveNFT(cfg facts.Config, v *intent.View, in NFTLive) (*NFTExplainer, error) {
+	fam := nftables.Family(cfg.Family)
+	var l nftmodel.Listing
 	if in.Table != nil {
-		read, err := nft.ParseJSON(fam, nft.TableName, in.Table)
+		read, err := nftmodel.ParseJSON(fam, nftables.TableName, in.Table)
 		if err != nil {
-			return nil, fmt.Errorf("reading nft -j list table %s %s: %w", fam, nft.TableName, err)
+			return nil, fmt.Errorf("reading nft -j list table %s %s: %w", fam, nftables.TableName, err)
 		}
 		l = *read
 	}
-	var hooks []nft.ListedChain
+	var hooks []nftmodel.ListedChain
 	if in.Chains != nil {
 		var err error
-		if hooks, err = nft.ParseChains(in.Chains); err != nil {
+		if hooks, err = nftmodel.ParseChains(in.Chains); err != nil {
 			return nil, fmt.Errorf("reading nft -j list chains: %w", err)
 		}
 	}
-	return liveNFT(cfg, snap, local, l, hooks)
+	return liveNFT(cfg, v, l, hooks)
 }
 
 // liveNFT is LiveNFT over a table already read (l.Model nil: no table).
-func liveNFT(cfg rules.Config, snap *proxy.Snapshot, local []netip.Addr, l nft.Listing, hooks []nft.ListedChain) (*NFTExplainer, error) {
-	planned, err := plannedNFT(cfg, snap, local)
+func liveNFT(cfg facts.Config, v *intent.View, l nftmodel.Listing, hooks []nftmodel.ListedChain) (*NFTExplainer, error) {
+	planned, err := plannedNFT(cfg, v)
 	if err != nil {
 		return nil, err
 	}
-	e, err := newNFTExplainer(cfg, l.Model, local)
+	e, err := newNFTExplainer(cfg, l.Model, v.LocalAddrs)
 	if err != nil {
 		return nil, err
 	}
-	fam := nft.Family(cfg.Family)
+	fam := nftables.Family(cfg.Family)
 	e.drift = NFTDrift(fam, planned, l.Model, l.Unreadable)
 	e.notes = foreignNATHooks(fam, hooks)
 	return e, nil
 }
 
 // Model returns the table the explainer traces (for tests and tools).
-func (e *NFTExplainer) Model() *nft.Model { return e.model }
+func (e *NFTExplainer) Model() *nftmodel.Model { return e.model }
 
 // podIface is the interface a pod's packets arrive on, when pods are told
 // apart by interface (detect-local BridgeInterface or InterfaceNamePrefix).
 func (e *NFTExplainer) podIface() string {
 	switch e.cfg.LocalDetect {
-	case rules.LocalBridgeInterface:
+	case facts.LocalBridgeInterface:
 		return e.cfg.LocalInterface
-	case rules.LocalInterfaceNamePrefix:
+	case facts.LocalInterfaceNamePrefix:
 		return e.cfg.LocalInterface + "0"
 	}
 	return ""
@@ -150,7 +147,7 @@ func (e *NFTExplainer) podIface() string {
 
 // Trace follows the first packet of q through kproxy's table.
 func (e *NFTExplainer) Trace(q explain.Query) (*explain.Trace, error) {
-	pkt := nft.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
+	pkt := nftmodel.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
 		SrcPort: 40000, DstPort: q.To.Port(), Local: q.Origin == explain.FromNode}
 	tr := &explain.Trace{Drift: e.drift, Notes: append([]string(nil), e.notes...)}
 	if q.Origin == explain.FromPod {
@@ -167,14 +164,14 @@ func (e *NFTExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 	for _, o := range outs {
 		t := explain.Target{Probability: o.Probability, Masquerade: o.Masquerade}
 		switch o.Verdict {
-		case nft.VerdictDNAT:
+		case nftmodel.VerdictDNAT:
 			t.Verdict, t.Endpoint = explain.DNAT, o.Dst.String()
 			dnats++
-		case nft.VerdictReject:
+		case nftmodel.VerdictReject:
 			t.Verdict = explain.Reject
-		case nft.VerdictDrop:
+		case nftmodel.VerdictDrop:
 			t.Verdict = explain.Drop
-		case nft.VerdictUnknown:
+		case nftmodel.VerdictUnknown:
 			t.Verdict = explain.Unknown
 			tr.Notes = appendOnce(tr.Notes, "the packet meets a rule kproxy does not write and the tracer cannot read (see the drift): what happens from there is not simulated")
 		default:
@@ -192,10 +189,10 @@ func (e *NFTExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 
 // touchesNFTServices reports whether some outcome went through the
 // services chain (the dispatch).
-func touchesNFTServices(outs []nft.Outcome) bool {
+func touchesNFTServices(outs []nftmodel.Outcome) bool {
 	for _, o := range outs {
 		for _, s := range o.Path {
-			if strings.HasPrefix(s, nft.ChainServices+" #") {
+			if strings.HasPrefix(s, nftables.ChainServices+" #") {
 				return true
 			}
 		}
@@ -205,7 +202,7 @@ func touchesNFTServices(outs []nft.Outcome) bool {
 
 // nftAlgorithm names how one endpoint is picked, from the rules the
 // outcomes took.
-func nftAlgorithm(outs []nft.Outcome, dnats int) string {
+func nftAlgorithm(outs []nftmodel.Outcome, dnats int) string {
 	var all strings.Builder
 	for _, o := range outs {
 		for _, s := range o.Path {
@@ -234,7 +231,7 @@ func nftAlgorithm(outs []nft.Outcome, dnats int) string {
 // nftPath lists the steps every outcome took in common, each outcome's own
 // steps (the endpoint choice, a verdict), then the steps every outcome took
 // after them.
-func nftPath(m *nft.Model, outs []nft.Outcome) []explain.Step {
+func nftPath(m *nftmodel.Model, outs []nftmodel.Outcome) []explain.Step {
 	if len(outs) == 0 {
 		return nil
 	}
@@ -269,11 +266,11 @@ func nftPath(m *nft.Model, outs []nft.Outcome) []explain.Step {
 	for _, o := range outs {
 		fate := string(o.Verdict)
 		switch o.Verdict {
-		case nft.VerdictDNAT:
+		case nftmodel.VerdictDNAT:
 			fate = o.Dst.String()
-		case nft.VerdictAccept:
+		case nftmodel.VerdictAccept:
 			fate = "not handled"
-		case nft.VerdictUnknown:
+		case nftmodel.VerdictUnknown:
 			fate = "not simulated"
 		}
 		for _, s := range o.Path[pre : len(o.Path)-suf] {
@@ -291,7 +288,7 @@ var stepRef = regexp.MustCompile(`^(\S+?)(?: #(\d+))?: (.*)$`)
 
 // nftStep turns one step of the tracer's path into an explain step: where
 // (chain and rule), what (the rule) and why (in words).
-func nftStep(m *nft.Model, s, prefix string) explain.Step {
+func nftStep(m *nftmodel.Model, s, prefix string) explain.Step {
 	sm := stepRef.FindStringSubmatch(s)
 	if sm == nil {
 		return explain.Step{Where: prefix + "?", Why: s}
@@ -322,13 +319,13 @@ func baseReason(chain, rest string) string {
 	// "hook prerouting (type nat, priority -100)"
 	hook := strings.NewReplacer(" (", ", ", ")", "").Replace(rest)
 	switch chain {
-	case nft.ChainNATPrerouting:
+	case nftables.ChainNATPrerouting:
 		return "kproxy's entry for arriving connections (" + hook + ")"
-	case nft.ChainNATOutput:
+	case nftables.ChainNATOutput:
 		return "kproxy's entry for connections the node opens (" + hook + ")"
-	case nft.ChainNATPostrouting:
+	case nftables.ChainNATPostrouting:
 		return "after routing: kproxy's masquerading (" + hook + ")"
-	case nft.ChainFilterForward, nft.ChainFilterInput:
+	case nftables.ChainFilterForward, nftables.ChainFilterInput:
 		return "kproxy's filter chain (" + hook + ")"
 	}
 	return "a base chain kproxy does not write (" + hook + ")"
@@ -397,11 +394,11 @@ func targetReason(v string) string {
 		set = "this node's endpoints"
 	}
 	switch {
-	case chain == nft.ChainReject:
+	case chain == nftables.ChainReject:
 		return "to reject-chain: the Service has no usable endpoint"
-	case chain == nft.ChainMarkMasq:
+	case chain == nftables.ChainMarkMasq:
 		return "marked for masquerade"
-	case chain == nft.ChainServices, chain == nft.ChainMasquerading:
+	case chain == nftables.ChainServices, chain == nftables.ChainMasquerading:
 		return "to kproxy's " + chain + " chain"
 	case sharedDNAT.MatchString(chain) && strings.HasSuffix(chain, "-hash"):
 		return "to " + chain + ": one of " + set + " by source hash"
@@ -433,9 +430,9 @@ func missKey(detail string) string {
 // whoReason words the client match in front of a route rule.
 func whoReason(rule string) string {
 	switch {
-	case strings.Contains(rule, "saddr != @"+nft.SetPodCIDRs):
+	case strings.Contains(rule, "saddr != @"+nftables.SetPodCIDRs):
 		return "the client is not a pod (outside the pod CIDRs)"
-	case strings.Contains(rule, "saddr @"+nft.SetPodCIDRs):
+	case strings.Contains(rule, "saddr @"+nftables.SetPodCIDRs):
 		return "the client is a pod (in the pod CIDRs)"
 	case strings.Contains(rule, "fib saddr type != local"):
 		return "the client is not this node"
@@ -453,11 +450,11 @@ func whoReason(rule string) string {
 // chain, text and what the tracer found (detail: the key looked up and the
 // element found, or nothing).
 func nftRuleReason(chain, rule, detail string) string {
-	if nft.IsOpaque(rule) {
+	if nftmodel.IsOpaque(rule) {
 		return "a rule kproxy does not write, which the tracer cannot read: not simulated from here"
 	}
 	switch {
-	case strings.Contains(rule, "vmap @"+nft.MapFrontends):
+	case strings.Contains(rule, "vmap @"+nftables.MapFrontends):
 		if key, v, ok := strings.Cut(detail, " → "); ok {
 			if v == "drop" {
 				return fmt.Sprintf("dispatch: %s is a Service frontend in map frontends → drop: no endpoint for this traffic (a Local traffic policy without local endpoints)", key)
@@ -465,7 +462,7 @@ func nftRuleReason(chain, rule, detail string) string {
 			return fmt.Sprintf("dispatch: %s is a Service frontend in map frontends → %s", key, targetReason(v))
 		}
 		return "dispatch: " + missKey(detail) + " is no Service frontend (not in map frontends): next rule"
-	case strings.Contains(rule, "vmap @"+nft.MapNodePorts):
+	case strings.Contains(rule, "vmap @"+nftables.MapNodePorts):
 		if key, v, ok := strings.Cut(detail, " → "); ok {
 			return fmt.Sprintf("the destination is a NodePort address: %s is a NodePort in map nodeports → %s", key, targetReason(v))
 		}
@@ -485,26 +482,26 @@ func nftRuleReason(chain, rule, detail string) string {
 			why = "session affinity: the client is in this endpoint's affinity set; " + why
 		}
 		return why
-	case rule == "jump "+nft.ChainServices:
+	case rule == "jump "+nftables.ChainServices:
 		return "kproxy's entry: to the services chain (one lookup in the frontend maps)"
-	case rule == "jump "+nft.ChainMasquerading:
+	case rule == "jump "+nftables.ChainMasquerading:
 		return "to kproxy's masquerading chain"
-	case strings.HasSuffix(rule, "jump "+nft.ChainMarkMasq):
+	case strings.HasSuffix(rule, "jump "+nftables.ChainMarkMasq):
 		if who := whoReason(rule); who != "" {
 			return who + ": marked for masquerade"
 		}
 		return "every client of this frontend is masqueraded: marked for masquerade"
 	case strings.HasPrefix(rule, "meta mark set meta mark |"):
 		return "the connection's mark: masquerade it in postrouting"
-	case strings.Contains(rule, "@"+nft.SetHairpin) && strings.Contains(rule, "masquerade"):
+	case strings.Contains(rule, "@"+nftables.SetHairpin) && strings.Contains(rule, "masquerade"):
 		return "a pod reaching itself through a Service (hairpin): source masqueraded"
 	case strings.HasPrefix(rule, "meta mark &") && strings.HasSuffix(rule, "return"):
 		return "not marked for masquerade: the source is kept"
 	case strings.HasPrefix(rule, "meta mark set meta mark ^") && strings.Contains(rule, "masquerade"):
 		return "marked: the mark is cleared and the source masqueraded"
-	case chain == nft.ChainReject && strings.Contains(rule, "tcp reset"):
+	case chain == nftables.ChainReject && strings.Contains(rule, "tcp reset"):
 		return "rejected with a TCP reset: the Service has no usable endpoint"
-	case chain == nft.ChainReject && rule == "reject":
+	case chain == nftables.ChainReject && rule == "reject":
 		return "rejected with an ICMP port unreachable: the Service has no usable endpoint"
 	case strings.HasPrefix(rule, "ct state invalid"):
 		return "a packet conntrack finds invalid is dropped"

@@ -9,7 +9,8 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
 
 // maxListed bounds the elements named per kind of difference and set.
@@ -24,7 +25,7 @@ var portChainGen = regexp.MustCompile(`^(port-\S+)-[0-9]+$`)
 // canonNames returns m with the generation left out of the names of the
 // ports' own chains, in the chains and in every reference to them (rules,
 // verdict elements).
-func canonNames(m *nft.Model) *nft.Model {
+func canonNames(m *nftmodel.Model) *nftmodel.Model {
 	if m == nil {
 		return nil
 	}
@@ -46,20 +47,20 @@ func canonNames(m *nft.Model) *nft.Model {
 		}
 		return strings.Join(f, " ")
 	}
-	out := &nft.Model{Comment: m.Comment, Chains: map[string]*nft.Chain{}, Sets: map[string]*nft.Set{}}
+	out := &nftmodel.Model{Comment: m.Comment, Chains: map[string]*nftmodel.Chain{}, Sets: map[string]*nftmodel.Set{}}
 	for n, c := range m.Chains {
 		name := n
 		if r, ok := rename[n]; ok {
 			name = r
 		}
-		cc := &nft.Chain{Name: name, Base: c.Base}
+		cc := &nftmodel.Chain{Name: name, Base: c.Base}
 		for _, r := range c.Rules {
 			cc.Rules = append(cc.Rules, ref(r))
 		}
 		out.Chains[name] = cc
 	}
 	for n, s := range m.Sets {
-		cs := &nft.Set{Name: n, IsMap: s.IsMap, Spec: s.Spec, Elements: make(map[string]nft.Element, len(s.Elements))}
+		cs := &nftmodel.Set{Name: n, IsMap: s.IsMap, Spec: s.Spec, Elements: make(map[string]nftmodel.Element, len(s.Elements))}
 		for id, e := range s.Elements {
 			if e.Value != nil {
 				v := slices.Clone(e.Value)
@@ -81,8 +82,8 @@ func canonNames(m *nft.Model) *nft.Model {
 // or stale, base chains missing or on another hook or priority, rules that
 // differ, sets missing, elements missing, extra or with another value, and
 // every rule the converter could not read.
-func NFTDrift(fam knftables.Family, planned, live *nft.Model, unread []nft.Unreadable) []string {
-	table := fmt.Sprintf("%s %s", fam, nft.TableName)
+func NFTDrift(fam knftables.Family, planned, live *nftmodel.Model, unread []nftmodel.Unreadable) []string {
+	table := fmt.Sprintf("%s %s", fam, nftables.TableName)
 	if live == nil {
 		return []string{fmt.Sprintf("table %s does not exist: kproxy's rules are not installed (kproxy not running yet, in another mode, or removed by --cleanup or nft delete table)", table)}
 	}
@@ -147,14 +148,14 @@ func NFTDrift(fam knftables.Family, planned, live *nft.Model, unread []nft.Unrea
 	return out
 }
 
-func setKind(s *nft.Set) string {
+func setKind(s *nftmodel.Set) string {
 	if s.IsMap {
 		return "map"
 	}
 	return "set"
 }
 
-func isVerdictMap(s *nft.Set) bool { return strings.Contains(s.Spec, ": verdict") }
+func isVerdictMap(s *nftmodel.Set) bool { return strings.Contains(s.Spec, ": verdict") }
 
 // ruleDiff names the first rule two chains differ at ("" when the same,
 // anonymous address sets compared as sets).
@@ -165,7 +166,7 @@ func ruleDiff(planned, live []string) string {
 			return fmt.Sprintf("rule %d is missing: %s", i+1, planned[i])
 		case i >= len(planned):
 			return fmt.Sprintf("rule %d is not in the plan: %s", i+1, live[i])
-		case !nft.SameRule(planned[i], live[i]):
+		case !nftables.SameRule(planned[i], live[i]):
 			return fmt.Sprintf("rule %d is %q, planned %q", i+1, live[i], planned[i])
 		}
 	}
@@ -174,7 +175,7 @@ func ruleDiff(planned, live []string) string {
 
 // elementDrift compares the elements of one set or map (an interval set's
 // as the addresses they cover: nft merges them).
-func elementDrift(kind, name string, p, l *nft.Set) []string {
+func elementDrift(kind, name string, p, l *nftmodel.Set) []string {
 	if interval(p) || interval(l) {
 		pw, lw := coverage(p), coverage(l)
 		if pw != lw {
@@ -199,7 +200,7 @@ func elementDrift(kind, name string, p, l *nft.Set) []string {
 		}
 	}
 	var out []string
-	what := map[string]string{nft.MapFrontends: "Service frontends", nft.MapNodePorts: "NodePorts"}[name]
+	what := map[string]string{nftables.MapFrontends: "Service frontends", nftables.MapNodePorts: "NodePorts"}[name]
 	if what == "" && (strings.Contains(name, "-ip-") || strings.Contains(name, "-np-")) {
 		what = "endpoint slots"
 	}
@@ -224,7 +225,7 @@ func elementDrift(kind, name string, p, l *nft.Set) []string {
 	return out
 }
 
-func elemText(e nft.Element) string {
+func elemText(e nftmodel.Element) string {
 	s := strings.Join(e.Key, " . ")
 	if e.Value != nil {
 		s += " : " + strings.Join(e.Value, " . ")
@@ -232,11 +233,11 @@ func elemText(e nft.Element) string {
 	return s
 }
 
-func interval(s *nft.Set) bool { return strings.Contains(s.Spec, "interval") }
+func interval(s *nftmodel.Set) bool { return strings.Contains(s.Spec, "interval") }
 
 // coverage writes the addresses an interval set's elements cover, merged
 // and sorted.
-func coverage(s *nft.Set) string {
+func coverage(s *nftmodel.Set) string {
 	var ps []string
 	for _, e := range s.Elements {
 		ps = append(ps, strings.Join(e.Key, " . "))
@@ -244,7 +245,7 @@ func coverage(s *nft.Set) string {
 	if len(ps) == 0 {
 		return ""
 	}
-	canon := nft.CanonRule("x { " + strings.Join(ps, ", ") + " }")
+	canon := nftables.CanonRule("x { " + strings.Join(ps, ", ") + " }")
 	return strings.TrimSuffix(strings.TrimPrefix(canon, "x { "), " }")
 }
 
@@ -252,7 +253,7 @@ func coverage(s *nft.Set) string {
 // sees this family's new connections (a table of the family, or inet) on
 // the prerouting or output hook no later than kproxy's: a DNAT or an
 // accept there takes a connection before kproxy's rules see it.
-func foreignNATHooks(fam knftables.Family, chains []nft.ListedChain) []string {
+func foreignNATHooks(fam knftables.Family, chains []nftmodel.ListedChain) []string {
 	const kproxyPrio = -100 // dstnat, nat-prerouting and nat-output
 	var out []string
 	for _, c := range chains {
@@ -262,7 +263,7 @@ func foreignNATHooks(fam knftables.Family, chains []nft.ListedChain) []string {
 		if c.Family != string(fam) && c.Family != "inet" {
 			continue
 		}
-		if c.Family == string(fam) && c.Table == nft.TableName {
+		if c.Family == string(fam) && c.Table == nftables.TableName {
 			continue
 		}
 		where := fmt.Sprintf("table %s %s chain %s (type nat hook %s priority %d)", c.Family, c.Table, c.Name, c.Hook, c.Priority)

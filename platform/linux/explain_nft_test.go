@@ -15,9 +15,11 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -27,7 +29,7 @@ import (
 type nftExplainWorld struct {
 	top      *proxytest.Topology
 	snap     *proxy.Snapshot
-	cfg      rules.Config
+	cfg      facts.Config
 	local    []netip.Addr
 	web, dry netip.AddrPort
 	client   netip.Addr
@@ -48,7 +50,7 @@ func newNFTExplainWorld(t *testing.T) *nftExplainWorld {
 	}
 	n1, _ := top.Node(proxytest.Node1)
 	w := &nftExplainWorld{top: top, snap: buildSnapshot(node, []*v1.Service{web, dry}, sl),
-		cfg: rules.DefaultConfig(v1.IPv4Protocol), local: []netip.Addr{n1.IPv4, netip.MustParseAddr("127.0.0.1")},
+		cfg: facts.DefaultConfig(v1.IPv4Protocol), local: []netip.Addr{n1.IPv4, netip.MustParseAddr("127.0.0.1")},
 		web: netip.AddrPortFrom(netip.MustParseAddr(web.Spec.ClusterIP), proxytest.ServicePort),
 		dry: netip.AddrPortFrom(netip.MustParseAddr(dry.Spec.ClusterIP), proxytest.ServicePort)}
 	w.cfg.ClusterCIDRs = top.ClusterCIDRs()
@@ -123,11 +125,11 @@ func captureNFTExplain(t *testing.T, w *nftExplainWorld, plan string) {
 		if sc.cmd != "" {
 			run(strings.ReplaceAll(sc.cmd, "WEB", w.web.Addr().String())+"\n", nftIn("-f", "-")...)
 		}
-		out := run("", nftIn("-j", "list", "table", "ip", nft.TableName)...)
+		out := run("", nftIn("-j", "list", "table", "ip", nftables.TableName)...)
 		if err := os.WriteFile(filepath.Join(dir, sc.name+".json"), out, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		run("", nftIn("delete", "table", "ip", nft.TableName)...)
+		run("", nftIn("delete", "table", "ip", nftables.TableName)...)
 	}
 	run(plan, nftIn("-f", "-")...)
 	run("add table inet fw\nadd chain inet fw pre { type nat hook prerouting priority -150 ; }\nadd chain inet fw mid { type nat hook output priority -100 ; }\nadd chain inet fw late { type nat hook prerouting priority 10 ; }\nadd table ip6 fw6\nadd chain ip6 fw6 pre { type nat hook prerouting priority -160 ; }\n", nftIn("-f", "-")...)
@@ -156,7 +158,7 @@ func readNFTExplain(t *testing.T, name string) []byte {
 // the other tables' NAT chains that see connections no later than kproxy's.
 func TestExplainNFTLiveCaptured(t *testing.T) {
 	w := newNFTExplainWorld(t)
-	plan, err := plannedNFTPlan(w.cfg, w.snap, w.local)
+	plan, err := plannedNFTPlan(w.cfg, w.view())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestExplainNFTLiveCaptured(t *testing.T) {
 	}
 	live := func(t *testing.T, scenario string, chains []byte) *NFTExplainer {
 		t.Helper()
-		e, err := LiveNFT(w.cfg, w.snap, w.local, NFTLive{Table: readNFTExplain(t, scenario), Chains: chains})
+		e, err := LiveNFT(w.cfg, w.view(), NFTLive{Table: readNFTExplain(t, scenario), Chains: chains})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +181,7 @@ func TestExplainNFTLiveCaptured(t *testing.T) {
 		if len(res.Drift) != 0 || res.Verdict != explain.DNAT || len(res.Targets) != 2 {
 			t.Fatalf("want DNAT to 2 endpoints and no drift:\n%s", text(res))
 		}
-		planned, err := PlannedNFT(w.cfg, w.snap, w.local)
+		planned, err := PlannedNFT(w.cfg, w.view())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,25 +266,25 @@ func TestExplainNFTLiveCaptured(t *testing.T) {
 // table (then nothing handles the address).
 func TestExplainNFTDriftFake(t *testing.T) {
 	w := newNFTExplainWorld(t)
-	plan, err := plannedNFTPlan(w.cfg, w.snap, w.local)
+	plan, err := plannedNFTPlan(w.cfg, w.view())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fam := nft.Family(w.cfg.Family)
+	fam := nftables.Family(w.cfg.Family)
 	run := func(t *testing.T, ops ...func(tx *knftables.Transaction)) *explain.Result {
 		t.Helper()
-		f := nft.NewFake(fam, nft.TableName)
+		f := nftmodel.NewFake(fam, nftables.TableName)
 		if err := f.Run(context.Background(), plan.Tx); err != nil {
 			t.Fatal(err)
 		}
-		tx := knftables.NewFake(fam, nft.TableName).NewTransaction()
+		tx := knftables.NewFake(fam, nftables.TableName).NewTransaction()
 		for _, op := range ops {
 			op(tx)
 		}
-		if err := f.Run(context.Background(), nft.TextTx(fam, tx.String())); err != nil {
+		if err := f.Run(context.Background(), nftables.TextTx(fam, tx.String())); err != nil {
 			t.Fatal(err)
 		}
-		e, err := liveNFT(w.cfg, w.snap, w.local, nft.Listing{Model: f.Model()}, nil)
+		e, err := liveNFT(w.cfg, w.view(), nftmodel.Listing{Model: f.Model()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +305,7 @@ func TestExplainNFTDriftFake(t *testing.T) {
 		}
 	})
 	t.Run("flushed chain", func(t *testing.T) {
-		res := run(t, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: nft.ChainServices}) })
+		res := run(t, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: nftables.ChainServices}) })
 		if res.Verdict != explain.NotHandled || len(res.Drift) != 1 ||
 			!strings.Contains(res.Drift[0], "chain services differs from the plan (0 rules live, 2 planned): rule 1 is missing: ip daddr . meta l4proto . th dport vmap @frontends") {
 			t.Errorf("want not handled and the flushed services chain:\n%s", text(res))
@@ -314,8 +316,8 @@ func TestExplainNFTDriftFake(t *testing.T) {
 			func(tx *knftables.Transaction) {
 				tx.Add(&knftables.Chain{Name: "stale-old"})
 				tx.Add(&knftables.Rule{Chain: "stale-old", Rule: "drop"})
-				tx.Delete(&knftables.Element{Map: nft.MapFrontends, Key: []string{w.web.Addr().String(), "tcp", "80"}})
-				tx.Add(&knftables.Element{Map: nft.MapFrontends, Key: []string{w.web.Addr().String(), "tcp", "80"}, Value: []string{"goto stale-old"}})
+				tx.Delete(&knftables.Element{Map: nftables.MapFrontends, Key: []string{w.web.Addr().String(), "tcp", "80"}})
+				tx.Add(&knftables.Element{Map: nftables.MapFrontends, Key: []string{w.web.Addr().String(), "tcp", "80"}, Value: []string{"goto stale-old"}})
 			})
 		d := strings.Join(res.Drift, "\n")
 		if res.Verdict != explain.Drop || !strings.Contains(d, "stale chain stale-old") ||
@@ -325,11 +327,11 @@ func TestExplainNFTDriftFake(t *testing.T) {
 	})
 	t.Run("base chain moved", func(t *testing.T) {
 		res := run(t,
-			func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: nft.ChainNATPrerouting}) },
+			func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: nftables.ChainNATPrerouting}) },
 			func(tx *knftables.Transaction) {
-				tx.Add(&knftables.Chain{Name: nft.ChainNATPrerouting, Type: knftables.PtrTo(knftables.NATType),
+				tx.Add(&knftables.Chain{Name: nftables.ChainNATPrerouting, Type: knftables.PtrTo(knftables.NATType),
 					Hook: knftables.PtrTo(knftables.PreroutingHook), Priority: knftables.PtrTo(knftables.BaseChainPriority("50"))})
-				tx.Add(&knftables.Rule{Chain: nft.ChainNATPrerouting, Rule: "jump " + nft.ChainServices})
+				tx.Add(&knftables.Rule{Chain: nftables.ChainNATPrerouting, Rule: "jump " + nftables.ChainServices})
 			})
 		if !strings.Contains(strings.Join(res.Drift, "\n"), `base chain nat-prerouting is "type nat hook prerouting priority 50", planned "type nat hook prerouting priority -100"`) {
 			t.Errorf("want the base chain's priority named:\n%s", text(res))
@@ -349,12 +351,12 @@ func TestExplainNFTDriftFake(t *testing.T) {
 // that synced partially has the same chain under another generation than
 // a plan made from scratch. That is no drift; other content is.
 func TestNFTDriftPortChainGenerations(t *testing.T) {
-	model := func(gen, rule string) *nft.Model {
+	model := func(gen, rule string) *nftmodel.Model {
 		name := "port-abcdefgh-ns/s/tcp/p-eps-cluster-" + gen
-		return &nft.Model{
-			Chains: map[string]*nft.Chain{name: {Name: name, Rules: []string{rule}}},
-			Sets: map[string]*nft.Set{nft.MapFrontends: {Name: nft.MapFrontends, IsMap: true, Spec: "{ type ipv4_addr . inet_proto . inet_service : verdict ; }",
-				Elements: map[string]nft.Element{"10.96.0.1 . tcp . 80": {Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"goto " + name}}}}},
+		return &nftmodel.Model{
+			Chains: map[string]*nftmodel.Chain{name: {Name: name, Rules: []string{rule}}},
+			Sets: map[string]*nftmodel.Set{nftables.MapFrontends: {Name: nftables.MapFrontends, IsMap: true, Spec: "{ type ipv4_addr . inet_proto . inet_service : verdict ; }",
+				Elements: map[string]nftmodel.Element{"10.96.0.1 . tcp . 80": {Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"goto " + name}}}}},
 		}
 	}
 	const dnat = "meta l4proto tcp dnat ip to 10.244.1.1:80"
@@ -365,4 +367,9 @@ func TestNFTDriftPortChainGenerations(t *testing.T) {
 	if len(d) != 1 || !strings.Contains(d[0], "chain port-abcdefgh-ns/s/tcp/p-eps-cluster differs from the plan") {
 		t.Errorf("other content: drift %q, want the chain that differs", d)
 	}
+}
+
+// view is the world's full View, as kproxy explain builds it.
+func (w *nftExplainWorld) view() *intent.View {
+	return fullView(w.cfg, w.snap.Family(w.cfg.Family), w.snap.Node, w.local, nil)
 }

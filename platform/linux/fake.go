@@ -11,8 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 )
 
 var (
@@ -29,7 +29,7 @@ type FakeIptables struct {
 	mu sync.Mutex
 	// Rules is the state of the tables. Tests may read and modify it while
 	// no call is running.
-	Rules *ruleset.Ruleset
+	Rules *iptmodel.Ruleset
 	// Calls counts calls per method ("Restore", "Save", ...).
 	Calls map[string]int
 	// Restores keeps the input of every successful restore.
@@ -44,7 +44,7 @@ type FakeIptables struct {
 
 // NewFakeIptables returns empty tables.
 func NewFakeIptables() *FakeIptables {
-	return &FakeIptables{Rules: ruleset.New(), Calls: map[string]int{}, FailNext: map[string]error{}, Reject: map[string]error{}}
+	return &FakeIptables{Rules: iptmodel.New(), Calls: map[string]int{}, FailNext: map[string]error{}, Reject: map[string]error{}}
 }
 
 func (f *FakeIptables) enter(method string) error {
@@ -157,7 +157,7 @@ func (f *FakeNFTables) DeleteTable(_ context.Context, family, name string) error
 // FakeConntrack holds flows per family.
 type FakeConntrack struct {
 	mu    sync.Mutex
-	Flows map[v1.IPFamily][]rules.Flow
+	Flows map[v1.IPFamily][]conntrack.Flow
 	// Err, when set, is returned by every call.
 	Err error
 	// Calls counts DeleteFlows calls (each one dumps the kernel's table).
@@ -167,7 +167,7 @@ type FakeConntrack struct {
 }
 
 // DeleteFlows implements Conntrack.
-func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) bool) (int, error) {
+func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(conntrack.Flow) bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Calls++
@@ -175,7 +175,7 @@ func (f *FakeConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) b
 		return 0, f.Err
 	}
 	if f.Flows == nil {
-		f.Flows = map[v1.IPFamily][]rules.Flow{}
+		f.Flows = map[v1.IPFamily][]conntrack.Flow{}
 	}
 	before := len(f.Flows[family])
 	f.Flows[family] = slices.DeleteFunc(f.Flows[family], match)

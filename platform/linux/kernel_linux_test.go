@@ -21,8 +21,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
+	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -122,7 +124,7 @@ func systemBackend(t testing.TB, fam v1.IPFamily, flavour Flavour, mutate func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.RandomFully = HasRandomFully(sys.Iptables)
 	cfg.ClusterCIDRs = proxytest.Default().ClusterCIDRs()
 	opts := Options{Rules: cfg, Iptables: sys.Iptables, NFTables: sys.NFTables, Conntrack: sys.Conntrack, Host: sys.Host}
@@ -144,7 +146,7 @@ func saveOf(t testing.TB, ipt Iptables, tables ...string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := ruleset.Parse(s)
+		rs, err := iptmodel.Parse(s)
 		if err != nil {
 			t.Fatalf("parsing iptables-save -t %s: %v\n%s", tbl, err, s)
 		}
@@ -172,7 +174,7 @@ func TestKernelRoundTrip(t *testing.T) {
 			// Interface-based local detection renders "-i" matches.
 			t.Run(fmt.Sprintf("%s/%s/detect-local=InterfaceNamePrefix", f, fam), func(t *testing.T) {
 				roundTrip(t, snap, fam, f, func(o *Options) {
-					o.Rules.LocalDetect, o.Rules.LocalInterface = rules.LocalInterfaceNamePrefix, "veth"
+					o.Rules.LocalDetect, o.Rules.LocalInterface = facts.LocalInterfaceNamePrefix, "veth"
 				})
 			})
 		}
@@ -183,22 +185,22 @@ func roundTrip(t *testing.T, snap *proxy.Snapshot, fam v1.IPFamily, f Flavour, m
 	inNetns(t, func() {
 		ctx := context.Background()
 		b := systemBackend(t, fam, f, mutate)
-		if err := b.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+		if err := syncSnap(ctx, b, snap, proxy.Changes{Full: true}); err != nil {
 			t.Fatal(err)
 		}
 		fake := NewFakeIptables()
-		fb, err := New(Options{Rules: b.opts.Rules, Iptables: fake, NFTables: &FakeNFTables{}, Conntrack: &FakeConntrack{}, Host: b.opts.Host})
+		fb, err := New(Options{Rules: b.m.opts.Rules, Iptables: fake, NFTables: &FakeNFTables{}, Conntrack: &FakeConntrack{}, Host: b.m.opts.Host})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := fb.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+		if err := syncSnap(ctx, fb, snap, proxy.Changes{Full: true}); err != nil {
 			t.Fatal(err)
 		}
 		// Compare the raw iptables-save text, rule by rule: what kproxy
 		// writes must come back spelled the same, or full syncs would
 		// rewrite it every time.
 		for _, table := range []string{"nat", "filter"} {
-			raw, err := b.opts.Iptables.Save(ctx, table)
+			raw, err := b.m.opts.Iptables.Save(ctx, table)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,7 +210,7 @@ func roundTrip(t *testing.T, snap *proxy.Snapshot, fam v1.IPFamily, f Flavour, m
 			}
 		}
 		// And a second full sync finds nothing to rewrite.
-		if err := b.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+		if err := syncSnap(ctx, b, snap, proxy.Changes{Full: true}); err != nil {
 			t.Fatal(err)
 		}
 		if st := b.Last().Stats; st.WrittenChains != 0 || st.DeletedChains != 0 {
@@ -223,7 +225,7 @@ func ownedLines(save []byte) string {
 	byChain := map[string][]string{}
 	var chains []string
 	for _, l := range strings.Split(string(save), "\n") {
-		if !strings.HasPrefix(l, "-A ") || !strings.Contains(l, rules.Prefix) {
+		if !strings.HasPrefix(l, "-A ") || !strings.Contains(l, iptables.Prefix) {
 			continue
 		}
 		c := strings.Fields(l)[1]
@@ -284,17 +286,17 @@ func TestKernelPartialSyncAndFlush(t *testing.T) {
 					return &proxy.Snapshot{IPv4: proxy.NewFamilyView(v1.IPv4Protocol, map[proxy.ServicePortName]*proxy.ServicePort{sp.Name: sp}), IPv6: proxy.NewFamilyView(v1.IPv6Protocol, nil)}
 				}
 				s1 := web(ep("10.244.2.5"))
-				if err := b.Sync(ctx, snapOf(s1), proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, b, snapOf(s1), proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				s2 := web(ep("10.244.2.5"), ep("10.244.2.6"))
-				if err := b.Sync(ctx, snapOf(s2), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{s2.Name: {}}}); err != nil {
+				if err := syncSnap(ctx, b, snapOf(s2), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{s2.Name: {}}}); err != nil {
 					t.Fatal(err)
 				}
 				if b.Last().Full || b.Last().Stats.WrittenChains != 1 {
 					t.Errorf("endpoint change: full=%v, wrote %d chains", b.Last().Full, b.Last().Stats.WrittenChains)
 				}
-				if s := saveOf(t, b.opts.Iptables, "nat"); !strings.Contains(s, "--to-destination 10.244.2.6:8080") {
+				if s := saveOf(t, b.m.opts.Iptables, "nat"); !strings.Contains(s, "--to-destination 10.244.2.6:8080") {
 					t.Errorf("new endpoint missing:\n%s", s)
 				}
 				// Someone flushes the nat table.
@@ -302,7 +304,7 @@ func TestKernelPartialSyncAndFlush(t *testing.T) {
 					t.Fatalf("flush: %v: %s", err, out)
 				}
 				// A sync with nothing to write notices by listing the canary.
-				if err := b.Sync(ctx, snapOf(s2), proxy.Changes{}); err != nil {
+				if err := syncSnap(ctx, b, snapOf(s2), proxy.Changes{}); err != nil {
 					t.Fatal(err)
 				}
 				if !b.Last().Full {
@@ -313,13 +315,13 @@ func TestKernelPartialSyncAndFlush(t *testing.T) {
 				}
 				// A change notices: its restore fails on the canary.
 				s3 := web(ep("10.244.2.6"))
-				if err := b.Sync(ctx, snapOf(s3), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{s3.Name: {}}}); err != nil {
+				if err := syncSnap(ctx, b, snapOf(s3), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{s3.Name: {}}}); err != nil {
 					t.Fatal(err)
 				}
 				if !b.Last().Full {
 					t.Error("the sync after a flush was not full")
 				}
-				s := saveOf(t, b.opts.Iptables, "nat")
+				s := saveOf(t, b.m.opts.Iptables, "nat")
 				for _, want := range []string{"-A PREROUTING -m comment --comment \"kproxy service portals\" -j KPROXY-SERVICES", "--to-destination 10.244.2.6:8080"} {
 					if !strings.Contains(s, want) {
 						t.Errorf("after the flush, %q is missing:\n%s", want, s)
@@ -341,20 +343,20 @@ func TestKernelCleanup(t *testing.T) {
 			inNetns(t, func() {
 				ctx := context.Background()
 				b := systemBackend(t, v1.IPv4Protocol, f, func(o *Options) { o.KeepUpstream = true })
-				if err := b.opts.Iptables.Restore(ctx, []byte(pre)); err != nil {
+				if err := b.m.opts.Iptables.Restore(ctx, []byte(pre)); err != nil {
 					t.Fatal(err)
 				}
-				before := saveOf(t, b.opts.Iptables, "nat", "filter")
-				if err := b.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+				before := saveOf(t, b.m.opts.Iptables, "nat", "filter")
+				if err := syncSnap(ctx, b, snap, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
-				if saveOf(t, b.opts.Iptables, "nat", "filter") == before {
+				if saveOf(t, b.m.opts.Iptables, "nat", "filter") == before {
 					t.Fatal("sync changed nothing")
 				}
 				if err := b.Cleanup(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if after := saveOf(t, b.opts.Iptables, "nat", "filter"); after != before {
+				if after := saveOf(t, b.m.opts.Iptables, "nat", "filter"); after != before {
 					t.Errorf("after cleanup:\n%s", lineDiff(before, after))
 				}
 			})
@@ -370,17 +372,17 @@ func TestKernelTakeOver(t *testing.T) {
 			inNetns(t, func() {
 				ctx := context.Background()
 				b := systemBackend(t, v1.IPv4Protocol, f, nil)
-				if err := b.opts.Iptables.Restore(ctx, []byte(upstreamRules)); err != nil {
+				if err := b.m.opts.Iptables.Restore(ctx, []byte(upstreamRules)); err != nil {
 					t.Fatal(err)
 				}
 				if out, err := exec.Command("nft", "add", "table", "ip", "kube-proxy").CombinedOutput(); err != nil {
 					t.Fatalf("nft: %v: %s", err, out)
 				}
 				w := buildWorldSnapshot(t)
-				if err := b.Sync(ctx, w, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, b, w, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
-				all := saveOf(t, b.opts.Iptables, "nat", "filter", "mangle")
+				all := saveOf(t, b.m.opts.Iptables, "nat", "filter", "mangle")
 				for _, l := range strings.Split(all, "\n") {
 					if strings.Contains(l, "KUBE-") && !strings.Contains(l, "KUBE-FIREWALL") && !strings.Contains(l, "KUBE-KUBELET-CANARY") {
 						t.Errorf("left behind: %s", l)
@@ -468,7 +470,7 @@ func TestKernelTraffic(t *testing.T) {
 					IPv4: proxy.NewFamilyView(v1.IPv4Protocol, map[proxy.ServicePortName]*proxy.ServicePort{web.Name: web, empty.Name: empty}),
 					IPv6: proxy.NewFamilyView(v1.IPv6Protocol, nil),
 				}
-				if err := b.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, b, snap, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				// Every connection is made from this thread (this namespace).
@@ -520,7 +522,7 @@ func TestKernelConntrack(t *testing.T) {
 				t.Fatalf("creating flow %d: %v", i, err)
 			}
 		}
-		m := rules.NewConntrackMatcher([]rules.ConntrackFilter{{
+		m := conntrack.NewMatcher([]conntrack.Filter{{
 			Protocol: v1.ProtocolUDP, OrigDst: netip.MustParseAddrPort("10.96.0.1:53"),
 			Keep: []netip.AddrPort{netip.MustParseAddrPort("10.244.2.11:53")},
 		}})

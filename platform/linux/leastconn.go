@@ -1,7 +1,6 @@
 package linux
 
 import (
-	"context"
 	"maps"
 	"net/netip"
 	"time"
@@ -26,6 +25,9 @@ const leastConnCostFactor = 10
 // UDP and SCTP least-connection ports spread evenly.
 func leastConnEndpoints(view *proxy.FamilyView) map[proxy.ServicePortName][]proxy.Endpoint {
 	var out map[proxy.ServicePortName][]proxy.Endpoint
+	if view == nil {
+		return nil
+	}
 	for _, sp := range view.Sorted() {
 		if sp.EffectiveAlgorithm() != proxy.AlgorithmLeastConnection || sp.Protocol != v1.ProtocolTCP {
 			continue
@@ -40,8 +42,8 @@ func leastConnEndpoints(view *proxy.FamilyView) map[proxy.ServicePortName][]prox
 
 // leastConn holds the established connections per endpoint of one
 // family's least-connection service ports, read from conntrack: the
-// weights both Linux modes render. It is not safe for concurrent use (its
-// backend's lock guards it).
+// weights both Linux modes render. It is not safe for concurrent use (the
+// Driver's lock guards it).
 type leastConn struct {
 	family v1.IPFamily
 	ct     Conntrack
@@ -118,42 +120,3 @@ func (b *leastConn) due(now time.Time) bool {
 
 // active reports whether some port asks for least connection.
 func (b *leastConn) active() bool { return b.conns != nil }
-
-// withPorts returns ch with extra ports added (ch is not modified).
-func withPorts(ch proxy.Changes, extra map[proxy.ServicePortName]struct{}) proxy.Changes {
-	if len(extra) == 0 || ch.Full {
-		return ch
-	}
-	ports := make(map[proxy.ServicePortName]struct{}, len(ch.Ports)+len(extra))
-	maps.Copy(ports, ch.Ports)
-	maps.Copy(ports, extra)
-	ch.Ports = ports
-	return ch
-}
-
-// RunLeastConnection refreshes the weights of least-connection service
-// ports until ctx is done: checking every second, when the last sync
-// succeeded, some port asks for least connection and a read is due, it
-// syncs the last snapshot again, which reads the counts and rewrites only
-// the chains of the ports whose counts changed. It does nothing for a node
-// without such ports.
-func (b *Backend) RunLeastConnection(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		b.mu.Lock()
-		snap, ok := b.lastSnap, !b.needFull && b.lastSnap != nil && b.lc.active() && b.lc.due(time.Now())
-		b.mu.Unlock()
-		if !ok {
-			continue
-		}
-		if err := b.Sync(ctx, snap, proxy.Changes{}); err != nil && ctx.Err() == nil {
-			b.log.Error(err, "Refreshing least-connection weights failed", "family", b.family)
-		}
-	}
-}

@@ -10,7 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -44,19 +44,19 @@ func TestLeastConnectionRefresh(t *testing.T) {
 	}
 
 	for range 50 {
-		w.ct.Flows[v1.IPv4Protocol] = append(w.ct.Flows[v1.IPv4Protocol], rules.Flow{Protocol: v1.ProtocolTCP,
+		w.ct.Flows[v1.IPv4Protocol] = append(w.ct.Flows[v1.IPv4Protocol], conntrack.Flow{Protocol: v1.ProtocolTCP,
 			OrigDst: netip.MustParseAddrPort("10.96.0.2:80"), ReplySrc: busy, Established: true})
 	}
 	// Not due yet: the last read was just now.
 	snap, _ := w.cache.Snapshot()
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if w.ct.Counts != 1 || !strings.Contains(w.ipt.Dump(), even) {
 		t.Fatalf("a read before LeastConnRefresh: %d reads", w.ct.Counts)
 	}
 	w.b.lc.at = w.b.lc.at.Add(-LeastConnRefresh)
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	weighted := "--probability " + "0.01923076902" + " -j DNAT --to-destination " + busy.String()
@@ -70,7 +70,7 @@ func TestLeastConnectionRefresh(t *testing.T) {
 
 	// Same counts again: nothing written.
 	w.b.lc.at = w.b.lc.at.Add(-LeastConnRefresh)
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if w.ct.Counts != 3 || w.b.Last().Stats.WrittenChains != 0 {
@@ -87,7 +87,7 @@ func TestLeastConnectionCostCap(t *testing.T) {
 	w.b.lc.cost = 2 * time.Second
 	w.b.lc.at = time.Now().Add(-10 * time.Second)
 	snap, _ := w.cache.Snapshot()
-	if err := w.b.Sync(context.Background(), snap, proxy.Changes{}); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, proxy.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if w.ct.Counts != 1 {

@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -21,11 +21,11 @@ import (
 // kernel of the calling thread's namespace.
 func systemNFTBackend(t testing.TB, fam v1.IPFamily) *NFTBackend {
 	t.Helper()
-	n, err := nft.NewSystem(nft.Family(fam))
+	n, err := nftables.NewSystem(nftables.Family(fam))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rules.DefaultConfig(fam)
+	cfg := facts.DefaultConfig(fam)
 	cfg.ClusterCIDRs = proxytest.Default().ClusterCIDRs()
 	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: n, Conntrack: netlinkConntrack{}, Host: &FakeHost{}})
 	if err != nil {
@@ -56,11 +56,11 @@ func benchNFTOnce(b *testing.B, n int) {
 	be := systemNFTBackend(b, v1.IPv4Protocol)
 	if os.Getenv("KPROXY_NFT_NO_NETLINK") != "" {
 		// For comparison: every transaction through nft -f.
-		be.opts.NFT.(*nft.System).SetNetlink(false)
+		be.m.opts.NFT.(*nftables.System).SetNetlink(false)
 	}
 	runtime.GC()
 	start := time.Now()
-	if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 		b.Fatal(err)
 	}
 	full := time.Since(start)
@@ -71,7 +71,7 @@ func benchNFTOnce(b *testing.B, n int) {
 	sync := func(sp *proxy.ServicePort) time.Duration {
 		ports[name] = sp
 		start := time.Now()
-		if err := be.Sync(ctx, snapOfPorts(ports), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}); err != nil {
+		if err := syncSnap(ctx, be, snapOfPorts(ports), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}); err != nil {
 			b.Fatal(err)
 		}
 		took := time.Since(start)
@@ -100,7 +100,7 @@ func benchNFTOnce(b *testing.B, n int) {
 		counts = append(counts, sync(&sp))
 	}
 	start = time.Now()
-	if err := be.Sync(ctx, snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(ctx, be, snapOfPorts(ports), proxy.Changes{Full: true}); err != nil {
 		b.Fatal(err)
 	}
 	resync := time.Since(start)
@@ -115,11 +115,11 @@ func benchNFTOnce(b *testing.B, n int) {
 
 // timedNFT times the Run calls of an nft seam.
 type timedNFT struct {
-	nft.Interface
+	nftables.Interface
 	runs []time.Duration
 }
 
-func (t *timedNFT) Run(ctx context.Context, tx *nft.Tx) error {
+func (t *timedNFT) Run(ctx context.Context, tx *nftables.Tx) error {
 	start := time.Now()
 	err := t.Interface.Run(ctx, tx)
 	t.runs = append(t.runs, time.Since(start))
@@ -134,9 +134,9 @@ func TestNFTSyncBreakdown(t *testing.T) {
 		ctx := context.Background()
 		snap, ports := benchSnapshot(10000, 10)
 		be := systemNFTBackend(t, v1.IPv4Protocol)
-		tn := &timedNFT{Interface: be.opts.NFT}
-		be.opts.NFT = tn
-		if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+		tn := &timedNFT{Interface: be.m.opts.NFT}
+		be.m.opts.NFT = tn
+		if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 			t.Fatal(err)
 		}
 		name := snap.IPv4.Sorted()[5000].Name
@@ -148,7 +148,7 @@ func TestNFTSyncBreakdown(t *testing.T) {
 			sp.ClusterEndpoints[0].Port = int32(9000 + i)
 			ports[name] = &sp
 			start := time.Now()
-			if err := be.Sync(ctx, snapOfPorts(ports), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}); err != nil {
+			if err := syncSnap(ctx, be, snapOfPorts(ports), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{name: {}}}); err != nil {
 				t.Fatal(err)
 			}
 			syncs = append(syncs, time.Since(start))

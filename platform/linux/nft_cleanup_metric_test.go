@@ -12,8 +12,9 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
 
 // countingNFTMetrics counts CleanupFailed calls (safe across goroutines:
@@ -34,7 +35,7 @@ func TestNFTTakeOverFailureCounted(t *testing.T) {
 	fail.Store(true)
 	done := make(chan struct{}, 4)
 	b, err := NewNFT(NFTOptions{
-		Rules: rules.DefaultConfig(v1.IPv4Protocol), NFT: nft.NewFake(knftables.IPv4Family, nft.TableName),
+		Rules: facts.DefaultConfig(v1.IPv4Protocol), NFT: nftmodel.NewFake(knftables.IPv4Family, nftables.TableName),
 		Conntrack: &FakeConntrack{}, Host: &FakeHost{}, Metrics: m, Logger: logr.Discard(),
 		TakeOver: func(context.Context) error {
 			defer func() { done <- struct{}{} }()
@@ -69,7 +70,7 @@ func TestNFTTakeOverFailureCounted(t *testing.T) {
 			t.Errorf("cleanup failures %d, want %d", n, want)
 		}
 	}
-	if err := b.Sync(context.Background(), snap, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(context.Background(), b, snap, proxy.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitTakeOver()
@@ -79,14 +80,14 @@ func TestNFTTakeOverFailureCounted(t *testing.T) {
 	// backend has marked it undone.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		b.mu.Lock()
-		undone := !b.tookOver
+		undone := !b.m.tookOver.Load()
 		b.mu.Unlock()
 		if undone || time.Now().After(deadline) {
 			break
 		}
 	}
 	fail.Store(false)
-	if err := b.Sync(context.Background(), snap, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(context.Background(), b, snap, proxy.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitTakeOver() // retried after the next full sync, and succeeds

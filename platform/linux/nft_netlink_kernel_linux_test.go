@@ -13,7 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
 
 // netlinkPorts are service ports whose elements fill every set and map the
@@ -56,7 +57,7 @@ func netlinkPorts(fam v1.IPFamily, node netip.Addr) map[proxy.ServicePortName]*p
 // netlinkSets are the sets and maps the netlink path encodes.
 func netlinkSet(name string) bool {
 	switch name {
-	case nft.MapFrontends, nft.MapNodePorts, nft.SetHairpin, nft.SetNodePorts:
+	case nftables.MapFrontends, nftables.MapNodePorts, nftables.SetHairpin, nftables.SetNodePorts:
 		return true
 	}
 	return strings.HasPrefix(name, "cluster-") || strings.HasPrefix(name, "local-")
@@ -65,11 +66,11 @@ func netlinkSet(name string) bool {
 // tableElements lists every element of kproxy's table, as "set: key : value".
 func tableElements(t *testing.T, fam v1.IPFamily) []string {
 	t.Helper()
-	out, err := exec.Command("nft", "-j", "list", "table", string(nft.Family(fam)), nft.TableName).Output()
+	out, err := exec.Command("nft", "-j", "list", "table", string(nftables.Family(fam)), nftables.TableName).Output()
 	if err != nil {
 		t.Fatalf("nft -j list table: %v", err)
 	}
-	l, err := nft.ParseJSON(nft.Family(fam), nft.TableName, out)
+	l, err := nftmodel.ParseJSON(nftables.Family(fam), nftables.TableName, out)
 	if err != nil || l.Model == nil {
 		t.Fatalf("reading the table back: %v", err)
 	}
@@ -101,8 +102,8 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 					node = netip.MustParseAddr("fd00:77::2")
 				}
 				be := systemNFTBackend(t, fam)
-				be.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
-				sys := be.opts.NFT.(*nft.System)
+				be.m.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
+				sys := be.m.opts.NFT.(*nftables.System)
 				defer sys.Close()
 				sys.SetNetlink(false)
 				ports := netlinkPorts(fam, node)
@@ -112,7 +113,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				} else {
 					snap.IPv4 = proxy.NewFamilyView(fam, ports)
 				}
-				if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				before := tableElements(t, fam)
@@ -121,7 +122,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var dels, adds []nft.ElemOp
+				var dels, adds []nftables.ElemOp
 				covered := map[string]bool{}
 				for _, kind := range []string{"set", "map"} {
 					for _, name := range all[kind] {
@@ -134,19 +135,19 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 						}
 						for _, e := range els {
 							key, val := strings.Join(e.Key, " . "), strings.Join(e.Value, " . ")
-							dels = append(dels, nft.ElemOp{Delete: true, Set: name, Key: key})
-							adds = append(adds, nft.ElemOp{Set: name, Key: key, Value: val})
+							dels = append(dels, nftables.ElemOp{Delete: true, Set: name, Key: key})
+							adds = append(adds, nftables.ElemOp{Set: name, Key: key, Value: val})
 							covered[name] = true
 						}
 					}
 				}
-				for _, want := range []string{nft.MapFrontends, nft.MapNodePorts, nft.SetHairpin, "cluster-ip-tcp", "cluster-ip-udp",
+				for _, want := range []string{nftables.MapFrontends, nftables.MapNodePorts, nftables.SetHairpin, "cluster-ip-tcp", "cluster-ip-udp",
 					"cluster-ip-sctp", "cluster-np-tcp", "local-ip-tcp", "local-np-udp"} {
 					if !covered[want] {
 						t.Errorf("no element of %s in the table to check (covered: %v)", want, covered)
 					}
 				}
-				tx := nft.ElementTx(nft.Family(fam), append(dels, adds...))
+				tx := nftables.ElementTx(nftables.Family(fam), append(dels, adds...))
 				if tx.Elements() == nil {
 					t.Fatal("an element-only transaction does not list its elements")
 				}
@@ -163,9 +164,9 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				}
 
 				// Atomic: the first deletion is undone when the second fails.
-				bad := nft.ElementTx(nft.Family(fam), []nft.ElemOp{dels[0], {Delete: true, Set: nft.MapNodePorts, Key: "tcp . 1"}})
+				bad := nftables.ElementTx(nftables.Family(fam), []nftables.ElemOp{dels[0], {Delete: true, Set: nftables.MapNodePorts, Key: "tcp . 1"}})
 				err = sys.Run(ctx, bad)
-				if err == nil || !nft.IsNotFound(err) {
+				if err == nil || !nftables.IsNotFound(err) {
 					t.Errorf("deleting a missing element: %v, want a not-found error", err)
 				}
 				if d := diffLines(before, tableElements(t, fam)); d != "" {
@@ -186,7 +187,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 						snap.IPv4 = proxy.NewFamilyView(fam, ports)
 					}
 					nl0, _ = sys.Runs()
-					if err := be.Sync(ctx, snap, ch); err != nil {
+					if err := syncSnap(ctx, be, snap, ch); err != nil {
 						t.Fatal(err)
 					}
 					if nl, _ := sys.Runs(); nl != nl0+1 {
@@ -198,7 +199,7 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				if slices.Equal(changed, before) {
 					t.Fatal("the endpoint change changed no element")
 				}
-				if err := be.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				if d := diffLines(changed, tableElements(t, fam)); d != "" {

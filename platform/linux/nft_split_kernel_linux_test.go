@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/nft"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 )
 
 // tableObjects lists kproxy's table without its elements (tableElements
@@ -23,7 +23,7 @@ import (
 // chains in another order).
 func tableObjects(t *testing.T, fam v1.IPFamily) []string {
 	t.Helper()
-	out, err := exec.Command("nft", "-j", "list", "table", string(nft.Family(fam)), nft.TableName).Output()
+	out, err := exec.Command("nft", "-j", "list", "table", string(nftables.Family(fam)), nftables.TableName).Output()
 	if err != nil {
 		t.Fatalf("nft -j list table: %v", err)
 	}
@@ -91,18 +91,18 @@ func TestKernelNFTSplitFullSync(t *testing.T) {
 				// sync runs one full sync with a new backend (a restart).
 				sync := func(netlink bool, ports map[proxy.ServicePortName]*proxy.ServicePort) (nl, ex int) {
 					be := systemNFTBackend(t, fam)
-					be.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
-					sys := be.opts.NFT.(*nft.System)
+					be.m.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
+					sys := be.m.opts.NFT.(*nftables.System)
 					defer sys.Close()
 					sys.SetNetlink(netlink)
-					if err := be.Sync(ctx, snapOf(ports), proxy.Changes{Full: true}); err != nil {
+					if err := syncSnap(ctx, be, snapOf(ports), proxy.Changes{Full: true}); err != nil {
 						t.Fatal(err)
 					}
 					return sys.Runs()
 				}
 				state := func() ([]string, []string) { return tableObjects(t, fam), tableElements(t, fam) }
 				deleteTable := func() {
-					if out, err := exec.Command("nft", "delete", "table", string(nft.Family(fam)), nft.TableName).CombinedOutput(); err != nil {
+					if out, err := exec.Command("nft", "delete", "table", string(nftables.Family(fam)), nftables.TableName).CombinedOutput(); err != nil {
 						t.Fatalf("nft delete table: %v: %s", err, out)
 					}
 				}

@@ -9,7 +9,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 )
 
 // Start-up without the Node object.
@@ -45,7 +46,7 @@ type primaryKeeper struct {
 // node returns the node facts to plan with (see above). inRules reads the
 // primary addresses the kernel's rules use; it is called on a full sync
 // only (full), a partial one uses what the last full sync read.
-func (k *primaryKeeper) node(log klog.Logger, family v1.IPFamily, cfg rules.Config, n proxy.Node, full bool, inRules func() []netip.Addr) proxy.Node {
+func (k *primaryKeeper) node(log klog.Logger, family v1.IPFamily, cfg facts.Config, n proxy.Node, full bool, inRules func() []netip.Addr) proxy.Node {
 	if !cfg.NodePortPrimary || !nodeUnknown(n) {
 		if k.keeping {
 			log.Info("The Node's addresses are known: NodePorts follow its primary address", "family", family, "node", n.Name)
@@ -76,9 +77,9 @@ func (k *primaryKeeper) node(log klog.Logger, family v1.IPFamily, cfg rules.Conf
 
 // planNode is the iptables mode's primaryKeeper.node: natSave is
 // iptables-save of the nat table on a full sync, nil on a partial one.
-// Called with b.mu held.
-func (b *Backend) planNode(n proxy.Node, natSave []byte) proxy.Node {
-	return b.primary.node(b.log, b.family, b.opts.Rules, n, natSave != nil, func() []netip.Addr { return primaryInRules(natSave) })
+// Called with the Driver's lock held.
+func (m *iptMode) planNode(n proxy.Node, natSave []byte) proxy.Node {
+	return m.primary.node(m.log, m.family, m.opts.Rules, n, natSave != nil, func() []netip.Addr { return primaryInRules(natSave) })
 }
 
 // keptPrimaries keeps, of the NodePort destinations the kernel's rules
@@ -102,8 +103,8 @@ func keptPrimaries(addrs []netip.Addr, family v1.IPFamily, prefixes []netip.Pref
 // save of the nat table (the "-d ADDR -j KPROXY-NODEPORTS" rules of
 // KPROXY-SERVICES).
 func primaryInRules(natSave []byte) []netip.Addr {
-	head := "-A " + rules.ChainServices + " -d "
-	tail := " -j " + rules.ChainNodePorts
+	head := "-A " + iptables.ChainServices + " -d "
+	tail := " -j " + iptables.ChainNodePorts
 	var out []netip.Addr
 	for _, l := range strings.Split(string(natSave), "\n") {
 		if !strings.HasPrefix(l, head) || !strings.HasSuffix(l, tail) {

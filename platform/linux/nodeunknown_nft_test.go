@@ -12,8 +12,10 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/platform/linux/nft"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -22,7 +24,7 @@ import (
 type nftNodeWorld struct {
 	t     *testing.T
 	topo  *proxytest.Topology
-	fake  *nft.Fake
+	fake  *nftmodel.Fake
 	host  *FakeHost
 	b     *NFTBackend
 	cache *cache.Cache
@@ -31,10 +33,10 @@ type nftNodeWorld struct {
 
 func (w *nftNodeWorld) start(withNode bool) {
 	w.t.Helper()
-	cfg := rules.DefaultConfig(v1.IPv4Protocol)
+	cfg := facts.DefaultConfig(v1.IPv4Protocol)
 	cfg.ClusterCIDRs = w.topo.ClusterCIDRs()
 	cfg.NodePortPrimary = true
-	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: w.fake, Conntrack: &FakeConntrack{Flows: map[v1.IPFamily][]rules.Flow{}}, Host: w.host, Logger: logr.Discard()})
+	b, err := NewNFT(NFTOptions{Rules: cfg, NFT: w.fake, Conntrack: &FakeConntrack{Flows: map[v1.IPFamily][]conntrack.Flow{}}, Host: w.host, Logger: logr.Discard()})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func (w *nftNodeWorld) sync(full bool) {
 	w.t.Helper()
 	snap, ch := w.cache.Snapshot()
 	ch.Full = ch.Full || full
-	if err := w.b.Sync(context.Background(), snap, ch); err != nil {
+	if err := syncSnap(context.Background(), w.b, snap, ch); err != nil {
 		w.t.Fatal(err)
 	}
 	w.cache.Ack(snap)
@@ -72,11 +74,11 @@ func (w *nftNodeWorld) sync(full bool) {
 // nodePortIPs lists the elements of the table's NodePort address set.
 func (w *nftNodeWorld) nodePortIPs() []string {
 	m := w.fake.Model()
-	if m == nil || m.Sets[nft.SetNodePorts] == nil {
+	if m == nil || m.Sets[nftables.SetNodePorts] == nil {
 		return nil
 	}
 	return slices.Sorted(func(yield func(string) bool) {
-		for k := range m.Sets[nft.SetNodePorts].Elements {
+		for k := range m.Sets[nftables.SetNodePorts].Elements {
 			if !yield(k) {
 				return
 			}
@@ -98,7 +100,7 @@ func TestNFTRestartWithoutNodeKeepsNodePorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &nftNodeWorld{t: t, topo: topo, fake: nft.NewFake(knftables.IPv4Family, nft.TableName), host: host, objs: []any{svc, sl[0], sl[1]}}
+	w := &nftNodeWorld{t: t, topo: topo, fake: nftmodel.NewFake(knftables.IPv4Family, nftables.TableName), host: host, objs: []any{svc, sl[0], sl[1]}}
 	w.start(true)
 	w.sync(false)
 	want := []string{node1.Addr(v1.IPv4Protocol).String()}
@@ -145,7 +147,7 @@ func TestNFTRestartWithoutNodeKeepsNodePorts(t *testing.T) {
 	}
 
 	// A node's first start without the Node: nothing kept, nothing invented.
-	fresh := &nftNodeWorld{t: t, topo: topo, fake: nft.NewFake(knftables.IPv4Family, nft.TableName), host: host, objs: w.objs}
+	fresh := &nftNodeWorld{t: t, topo: topo, fake: nftmodel.NewFake(knftables.IPv4Family, nftables.TableName), host: host, objs: w.objs}
 	fresh.start(false)
 	fresh.sync(false)
 	if got := fresh.nodePortIPs(); len(got) != 0 {

@@ -10,7 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -19,8 +19,8 @@ import (
 func nodePortJumps(save string) []string {
 	var out []string
 	for _, l := range strings.Split(save, "\n") {
-		if strings.HasPrefix(l, "-A "+rules.ChainServices+" ") && strings.HasSuffix(l, " -j "+rules.ChainNodePorts) {
-			out = append(out, strings.TrimPrefix(l, "-A "+rules.ChainServices+" "))
+		if strings.HasPrefix(l, "-A "+iptables.ChainServices+" ") && strings.HasSuffix(l, " -j "+iptables.ChainNodePorts) {
+			out = append(out, strings.TrimPrefix(l, "-A "+iptables.ChainServices+" "))
 		}
 	}
 	return out
@@ -31,7 +31,7 @@ func nodePortJumps(save string) []string {
 // object, with the same Services.
 func (w *world) restartWithoutNode(mutate func(*Options)) {
 	w.t.Helper()
-	opts := w.b.opts
+	opts := w.b.m.opts
 	if mutate != nil {
 		mutate(&opts)
 	}
@@ -64,7 +64,7 @@ func TestRestartWithoutNodeKeepsNodePorts(t *testing.T) {
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1, proxytest.PodB1), proxytest.WithNodePort())
 	w.mustSync(false)
 	node1, _ := w.topo.Node(proxytest.Node1)
-	want := []string{"-d " + node1.Addr(v1.IPv4Protocol).String() + "/32 -j " + rules.ChainNodePorts}
+	want := []string{"-d " + node1.Addr(v1.IPv4Protocol).String() + "/32 -j " + iptables.ChainNodePorts}
 	if got := nodePortJumps(w.ipt.Dump()); !slices.Equal(got, want) {
 		t.Fatalf("with the Node: NodePort jumps %q, want %q", got, want)
 	}
@@ -99,7 +99,7 @@ func TestRestartWithoutNodeKeepsNodePorts(t *testing.T) {
 	nodeObj.Status.Addresses = append([]v1.NodeAddress{{Type: v1.NodeInternalIP, Address: other.String()}}, nodeObj.Status.Addresses...)
 	w.cache.OnNode(nil, nodeObj)
 	w.mustSync(false)
-	if got, want := nodePortJumps(w.ipt.Dump()), []string{"-d 192.0.2.77/32 -j " + rules.ChainNodePorts}; !slices.Equal(got, want) {
+	if got, want := nodePortJumps(w.ipt.Dump()), []string{"-d 192.0.2.77/32 -j " + iptables.ChainNodePorts}; !slices.Equal(got, want) {
 		t.Errorf("after the Node came: NodePort jumps %q, want %q", got, want)
 	}
 	w.checkMatchesFullPlan()

@@ -10,12 +10,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 )
 
 // DefaultRuleBudget is the default per-Service rule budget: a Service whose
-// ports would need more rules (rules.EstimateRules) is not programmed, so
+// ports would need more rules (iptables.EstimateRules) is not programmed, so
 // one object cannot produce millions of rules and slow every sync of the
 // node. 50,000 rules is about 25,000 endpoints with session affinity or
 // 50,000 without.
@@ -31,7 +32,7 @@ const (
 // quarantined is a service port left out of the rules because the kernel
 // rejected them.
 type quarantined struct {
-	sp      *proxy.ServicePort // the version that was rejected
+	p       *intent.Port // the version that was rejected
 	reason  string
 	since   time.Time
 	retry   time.Time
@@ -45,16 +46,17 @@ var errTransient = errors.New("iptables-restore fails even without any service p
 
 // overBudget returns the ports of Services whose estimated rules exceed the
 // budget, with the reason.
-func overBudget(view *proxy.FamilyView, budget int) map[proxy.ServicePortName]string {
-	if view == nil || budget <= 0 {
+func overBudget(v *intent.View, budget int) map[proxy.ServicePortName]string {
+	if v == nil || budget <= 0 {
 		return nil
 	}
 	perSvc := map[types.NamespacedName]int{}
-	for _, sp := range view.Ports {
-		perSvc[sp.Name.NamespacedName] += rules.EstimateRules(sp)
+	for _, p := range v.Sorted() {
+		perSvc[p.Name.NamespacedName] += iptables.EstimateRules(p.From)
 	}
 	var out map[proxy.ServicePortName]string
-	for n := range view.Ports {
+	for _, p := range v.Sorted() {
+		n := p.Name
 		if est := perSvc[n.NamespacedName]; est > budget {
 			if out == nil {
 				out = map[proxy.ServicePortName]string{}
@@ -68,107 +70,107 @@ func overBudget(view *proxy.FamilyView, budget int) map[proxy.ServicePortName]st
 // exclusions returns the service ports to leave out of this sync: those
 // over the rule budget and those in quarantine. Quarantined ports that are
 // due for a retry (or whose Service changed) are probed first: the ones the
-// kernel now accepts are released. Called with b.mu held.
-func (b *Backend) exclusions(ctx context.Context, view *proxy.FamilyView, now time.Time) map[proxy.ServicePortName]bool {
-	b.budgeted = overBudget(view, b.opts.RuleBudget)
-	var due []*proxy.ServicePort
-	for n, q := range b.quarantine {
-		sp := view.Ports[n]
+// kernel now accepts are released.
+func (m *iptMode) exclusions(ctx context.Context, v *intent.View, now time.Time) map[proxy.ServicePortName]bool {
+	m.budgeted = overBudget(v, m.opts.RuleBudget)
+	var due []*intent.Port
+	for n, q := range m.quarantine {
+		p := v.Port(n)
 		switch {
-		case sp == nil:
-			delete(b.quarantine, n) // gone
-		case sp != q.sp || !now.Before(q.retry):
-			due = append(due, sp)
+		case p == nil:
+			delete(m.quarantine, n) // gone
+		case p != q.p || !now.Before(q.retry):
+			due = append(due, p)
 		}
 	}
 	if len(due) > 0 {
-		bad, err := b.isolate(ctx, due)
+		bad, err := m.isolateRejected(ctx, due)
 		switch {
 		case err != nil:
-			b.log.Error(err, "Retrying quarantined service ports failed; keeping them out", "family", b.family, "ports", len(due))
-			for _, sp := range due {
-				b.requeue(sp, b.quarantine[sp.Name].reason, now)
+			m.log.Error(err, "Retrying quarantined service ports failed; keeping them out", "family", m.family, "ports", len(due))
+			for _, p := range due {
+				m.requeue(p, m.quarantine[p.Name].reason, now)
 			}
 		default:
-			for _, sp := range due {
-				if reason, ok := bad[sp.Name]; ok {
-					b.requeue(sp, reason, now)
+			for _, p := range due {
+				if reason, ok := bad[p.Name]; ok {
+					m.requeue(p, reason, now)
 					continue
 				}
-				b.log.Info("The kernel accepts a quarantined service port again", "servicePort", sp.Name, "family", b.family)
-				delete(b.quarantine, sp.Name)
+				m.log.Info("The kernel accepts a quarantined service port again", "servicePort", p.Name, "family", m.family)
+				delete(m.quarantine, p.Name)
 			}
 		}
 	}
-	out := make(map[proxy.ServicePortName]bool, len(b.budgeted)+len(b.quarantine))
-	for n := range b.budgeted {
+	out := make(map[proxy.ServicePortName]bool, len(m.budgeted)+len(m.quarantine))
+	for n := range m.budgeted {
 		out[n] = true
 	}
-	for n := range b.quarantine {
+	for n := range m.quarantine {
 		out[n] = true
 	}
 	return out
 }
 
-// requeue puts sp (back) in quarantine with the next backoff.
-func (b *Backend) requeue(sp *proxy.ServicePort, reason string, now time.Time) {
-	q := b.quarantine[sp.Name]
+// requeue puts p (back) in quarantine with the next backoff.
+func (m *iptMode) requeue(p *intent.Port, reason string, now time.Time) {
+	q := m.quarantine[p.Name]
 	if q == nil {
 		q = &quarantined{since: now}
-		b.quarantine[sp.Name] = q
+		m.quarantine[p.Name] = q
 	}
-	if q.sp == sp && q.backoff > 0 {
+	if q.p == p && q.backoff > 0 {
 		q.backoff = min(2*q.backoff, quarantineMaxBackoff)
 	} else {
 		q.backoff = quarantineMinBackoff
 	}
-	q.sp, q.reason, q.retry = sp, reason, now.Add(q.backoff)
+	q.p, q.reason, q.retry = p, reason, now.Add(q.backoff)
 }
 
 // quarantineFailure looks for the service ports that make the kernel reject
 // a restore, among the ports of view not already excluded, and quarantines
 // them. It returns how many it found (0: the failure is not a port's).
-func (b *Backend) quarantineFailure(ctx context.Context, view *proxy.FamilyView, exclude map[proxy.ServicePortName]bool, now time.Time) int {
-	var ports []*proxy.ServicePort
-	for _, sp := range view.Sorted() {
-		if !exclude[sp.Name] {
-			ports = append(ports, sp)
+func (m *iptMode) quarantineFailure(ctx context.Context, v *intent.View, exclude map[proxy.ServicePortName]bool, now time.Time) int {
+	var ports []*intent.Port
+	for _, p := range v.Sorted() {
+		if !exclude[p.Name] {
+			ports = append(ports, p)
 		}
 	}
 	start := time.Now()
-	if err := b.probe(ctx, nil); err != nil {
+	if err := m.probe(ctx, nil); err != nil {
 		// Even an empty probe fails: nothing to blame on a port.
-		b.log.V(2).Info("Not isolating: iptables-restore fails without any service port", "family", b.family, "err", err)
+		m.log.V(2).Info("Not isolating: iptables-restore fails without any service port", "family", m.family, "err", err)
 		return 0
 	}
-	bad, err := b.isolate(ctx, ports)
+	bad, err := m.isolateRejected(ctx, ports)
 	if err != nil {
-		b.log.Error(err, "Could not isolate what the kernel rejects", "family", b.family)
+		m.log.Error(err, "Could not isolate what the kernel rejects", "family", m.family)
 		return 0
 	}
-	for _, sp := range ports {
-		if reason, ok := bad[sp.Name]; ok {
-			b.requeue(sp, reason, now)
-			b.log.Error(errors.New(reason), "The kernel rejects the rules of a service port; leaving it out and programming the rest",
-				"servicePort", sp.Name, "family", b.family, "retry", b.quarantine[sp.Name].retry)
+	for _, p := range ports {
+		if reason, ok := bad[p.Name]; ok {
+			m.requeue(p, reason, now)
+			m.log.Error(errors.New(reason), "The kernel rejects the rules of a service port; leaving it out and programming the rest",
+				"servicePort", p.Name, "family", m.family, "retry", m.quarantine[p.Name].retry)
 		}
 	}
-	b.log.V(2).Info("Isolated rejected service ports", "family", b.family, "ports", len(ports), "rejected", len(bad), "took", time.Since(start))
+	m.log.V(2).Info("Isolated rejected service ports", "family", m.family, "ports", len(ports), "rejected", len(bad), "took", time.Since(start))
 	return len(bad)
 }
 
-// isolate finds, by bisection over probes (rules.Planner.Probe: the ports'
+// isolateRejected finds, by bisection over probes (iptables.Planner.Probe: the ports'
 // rules written into scratch chains nothing jumps to), the ports whose
 // rules the kernel rejects, with the kernel's error. One bad port among n
 // costs about 2·log2(n) restores.
-func (b *Backend) isolate(ctx context.Context, ports []*proxy.ServicePort) (map[proxy.ServicePortName]string, error) {
+func (m *iptMode) isolateRejected(ctx context.Context, ports []*intent.Port) (map[proxy.ServicePortName]string, error) {
 	bad := map[proxy.ServicePortName]string{}
-	var walk func(ports []*proxy.ServicePort) error
-	walk = func(ports []*proxy.ServicePort) error {
+	var walk func(ports []*intent.Port) error
+	walk = func(ports []*intent.Port) error {
 		if len(ports) == 0 {
 			return nil
 		}
-		err := b.probe(ctx, ports)
+		err := m.probe(ctx, ports)
 		if err == nil {
 			return nil
 		}
@@ -177,7 +179,7 @@ func (b *Backend) isolate(ctx context.Context, ports []*proxy.ServicePort) (map[
 		}
 		if len(ports) == 1 {
 			// Blame the port only if a restore without it works.
-			if b.probe(ctx, nil) != nil {
+			if m.probe(ctx, nil) != nil {
 				return fmt.Errorf("%w: %w", errTransient, err)
 			}
 			bad[ports[0].Name] = err.Error()
@@ -196,30 +198,27 @@ func (b *Backend) isolate(ctx context.Context, ports []*proxy.ServicePort) (map[
 }
 
 // probe commits the rules of ports into scratch chains and removes them.
-func (b *Backend) probe(ctx context.Context, ports []*proxy.ServicePort) error {
-	create, remove := b.planner.Probe(ports)
-	if err := b.opts.Iptables.Restore(ctx, create); err != nil {
+func (m *iptMode) probe(ctx context.Context, ports []*intent.Port) error {
+	create, remove := m.planner.Probe(ports)
+	if err := m.opts.Iptables.Restore(ctx, create); err != nil {
 		return err
 	}
-	if err := b.opts.Iptables.Restore(ctx, remove); err != nil {
+	if err := m.opts.Iptables.Restore(ctx, remove); err != nil {
 		// Harmless: scratch chains are owned, the next full sync deletes them.
-		b.log.Error(err, "Removing probe chains failed", "family", b.family)
+		m.log.Error(err, "Removing probe chains failed", "family", m.family)
 	}
 	return nil
 }
 
-// Quarantined lists the service ports the last sync left out (see
-// proxy.Quarantiner): rejected by the kernel, or over the rule budget.
-func (b *Backend) Quarantined() []proxy.QuarantinedPort {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]proxy.QuarantinedPort, 0, len(b.quarantine)+len(b.budgeted))
-	for n, q := range b.quarantine {
-		out = append(out, proxy.QuarantinedPort{Name: n, Family: b.family, Reason: q.reason, Since: q.since, Retry: q.retry})
+// quarantined lists the service ports the last sync left out.
+func (m *iptMode) quarantined() []proxy.QuarantinedPort {
+	out := make([]proxy.QuarantinedPort, 0, len(m.quarantine)+len(m.budgeted))
+	for n, q := range m.quarantine {
+		out = append(out, proxy.QuarantinedPort{Name: n, Family: m.family, Reason: q.reason, Since: q.since, Retry: q.retry})
 	}
-	for n, reason := range b.budgeted {
-		if _, ok := b.quarantine[n]; !ok {
-			out = append(out, proxy.QuarantinedPort{Name: n, Family: b.family, Reason: reason})
+	for n, reason := range m.budgeted {
+		if _, ok := m.quarantine[n]; !ok {
+			out = append(out, proxy.QuarantinedPort{Name: n, Family: m.family, Reason: reason})
 		}
 	}
 	proxy.SortQuarantined(out)
@@ -235,11 +234,11 @@ func foreignReferences(save []byte) map[string]bool {
 			continue
 		}
 		fields := bytes.Fields(line)
-		if len(fields) < 2 || rules.Owned(string(fields[1])) {
+		if len(fields) < 2 || iptables.Owned(string(fields[1])) {
 			continue
 		}
 		for i := 2; i+1 < len(fields); i++ {
-			if (string(fields[i]) == "-j" || string(fields[i]) == "-g") && rules.Owned(string(fields[i+1])) {
+			if (string(fields[i]) == "-j" || string(fields[i]) == "-g") && iptables.Owned(string(fields[i+1])) {
 				if out == nil {
 					out = map[string]bool{}
 				}
@@ -253,5 +252,3 @@ func foreignReferences(save []byte) map[string]bool {
 func sameSet(a, b map[proxy.ServicePortName]bool) bool {
 	return maps.Equal(a, b)
 }
-
-var _ proxy.Quarantiner = (*Backend)(nil)

@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -40,7 +40,7 @@ func TestRejectedServiceIsQuarantined(t *testing.T) {
 	}
 	due := func() {
 		for _, p := range q {
-			w.b.quarantine[p.Name].retry = time.Now().Add(-time.Second)
+			w.b.m.quarantine[p.Name].retry = time.Now().Add(-time.Second)
 		}
 	}
 	dump := w.ipt.Dump()
@@ -72,7 +72,7 @@ func TestRejectedServiceIsQuarantined(t *testing.T) {
 	// Due, still rejected: the backoff doubles.
 	due()
 	w.mustSync(false)
-	if got := w.b.quarantine[q[0].Name].backoff; got != 2*quarantineMinBackoff {
+	if got := w.b.m.quarantine[q[0].Name].backoff; got != 2*quarantineMinBackoff {
 		t.Errorf("backoff %v after a second rejection, want %v", got, 2*quarantineMinBackoff)
 	}
 	// The kernel accepts it now (module loaded): programmed at the retry.
@@ -126,7 +126,7 @@ func TestForeignReferenceDoesNotBlockDeletion(t *testing.T) {
 	w.set("web", 1, proxytest.Ready(proxytest.PodA1))
 	w.set("gone", 2, proxytest.Ready(proxytest.PodA1))
 	w.mustSync(false)
-	svc, _, _, _ := rules.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "gone"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
+	svc, _, _, _ := iptables.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(proxytest.Namespace, "gone"), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
 	if err := w.ipt.Rules.Restore([]byte("*nat\n:FOREIGN - [0:0]\n-A FOREIGN -j "+svc+"\nCOMMIT\n"), true); err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"net/netip"
 
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
 // ErrNotExist is wrapped by seam errors about a chain or rule that does not exist.
@@ -51,7 +50,7 @@ type NFTables interface {
 type Conntrack interface {
 	// DeleteFlows deletes the flows of family for which match returns true
 	// and returns how many were deleted.
-	DeleteFlows(family v1.IPFamily, match func(rules.Flow) bool) (int, error)
+	DeleteFlows(family v1.IPFamily, match func(conntrack.Flow) bool) (int, error)
 	// CountEstablished counts, for each endpoint in eps, the established
 	// TCP flows of family whose reply comes from it (the connections
 	// DNATed to it). It reads the whole table.

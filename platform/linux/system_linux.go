@@ -12,12 +12,11 @@ import (
 	"strings"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/kproxy/kproxy/platform/linux/conntrack"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/kproxy/kproxy/platform/linux/rules"
 )
 
 // System holds the real seams.
@@ -232,7 +231,7 @@ func (execNFT) DeleteTable(ctx context.Context, family, name string) error {
 // netlinkConntrack deletes flows over netlink in the current network namespace.
 type netlinkConntrack struct{}
 
-func (netlinkConntrack) DeleteFlows(family v1.IPFamily, match func(rules.Flow) bool) (int, error) {
+func (netlinkConntrack) DeleteFlows(family v1.IPFamily, match func(conntrack.Flow) bool) (int, error) {
 	fam := netlink.FAMILY_V4
 	if family == v1.IPv6Protocol {
 		fam = netlink.FAMILY_V6
@@ -273,7 +272,7 @@ func (netlinkConntrack) CountEstablished(family v1.IPFamily, eps map[netip.AddrP
 }
 
 // flowFilter adapts a match function to netlink's filter interface.
-type flowFilter func(rules.Flow) bool
+type flowFilter func(conntrack.Flow) bool
 
 func (f flowFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	var proto v1.Protocol
@@ -292,7 +291,7 @@ func (f flowFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	return f(rules.Flow{
+	return f(conntrack.Flow{
 		Protocol: proto,
 		OrigDst:  netip.AddrPortFrom(dst.Unmap(), flow.Forward.DstPort),
 		ReplySrc: netip.AddrPortFrom(src.Unmap(), flow.Reverse.SrcPort),

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/iptables/syntax"
 )
 
 // Upstream kube-proxy's iptables chains: fixed names per table, plus the
@@ -65,7 +65,7 @@ func parseSave(data []byte) (chains []string, rules []saveRule) {
 				chains = append(chains, f[0])
 			}
 		case strings.HasPrefix(line, "-A "):
-			args, err := ruleset.Split(line)
+			args, err := syntax.Split(line)
 			if err != nil || len(args) < 2 {
 				continue
 			}

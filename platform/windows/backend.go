@@ -14,6 +14,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
 // Defaults.
@@ -44,17 +47,17 @@ type HostInterface struct {
 // OfflineFacts stand in for HNS in a dry run without HNS (any OS).
 type OfflineFacts struct {
 	// Network defaults to an L2Bridge network named Options.NetworkName.
-	Network *Network
+	Network *hns.Network
 	// Version defaults to 15.5 (every capability).
-	Version *Version
+	Version *hns.Version
 }
 
 // Options configure a Backend. Only NetworkName is required (and HNS, except
 // for dry runs).
 type Options struct {
-	// HNS is the host's HNS: NewHNS() on Windows, a *FakeHNS in tests. Nil
-	// makes a backend that can only DryRun.
-	HNS HNS
+	// HNS is the host's HNS: hns.NewHNS() on Windows, a *fakehns.Fake in
+	// tests. Nil makes a backend that can only DryRun.
+	HNS hns.HNS
 	// Family is the IP family this backend programs (default IPv4). A
 	// dual-stack node runs two backends, one per family, behind the generic
 	// fan-out: HNS load balancers are single-family, and each backend only
@@ -71,10 +74,25 @@ type Options struct {
 	// network has one, else ReserveSourceVIP's.
 	SourceVIP netip.Addr
 	// ReserveSourceVIP reserves (or finds again, after a restart) an address
-	// of the node's pod subnet for the source VIP, avoiding addresses for
-	// which avoid is true (e.g. HostLocalReservation.Reserve). Nil: overlay
-	// networks need SourceVIP or a Calico_ep endpoint.
-	ReserveSourceVIP func(network string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error)
+	// of the node's pod subnet for the source VIP in a host-local store (a
+	// directory: IPAMStore's), avoiding addresses for which avoid is true
+	// (ReserveInIPAMStore). Nil: overlay networks need SourceVIP or a
+	// Calico_ep endpoint.
+	ReserveSourceVIP func(store string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error)
+	// IPAMDataDir overrides host-local's data directory (KPROXY_IPAM_DATA_DIR);
+	// empty: the CNI configuration's, else DefaultIPAMDataDir.
+	IPAMDataDir string
+	// CNIConfig reads the node's CNI network configuration (nil: none is
+	// read): its network name is the HNS network used when none is
+	// configured, and it says where host-local keeps its store.
+	CNIConfig func() (*CNIConfig, error)
+	// EchoFile keeps, across restarts, the echoes learned of fields HNS
+	// returns changed, per Windows build (reconcile.Echoes): "" keeps
+	// them in memory only.
+	EchoFile string
+	// WindowsBuild names the Windows build (e.g. "10.0.17763.8146"; default
+	// none: the HNS version alone keys the learned echoes).
+	WindowsBuild string
 	// EnableDSR is winkernel.enableDSR / --enable-dsr: direct server return
 	// on ClusterIP load balancers, when HNS supports it.
 	EnableDSR bool
@@ -115,84 +133,73 @@ type Options struct {
 	// Logger receives the backend's log lines (zero: klog's global one).
 	Logger klog.Logger
 	// Metrics receives HNS call latencies and error counts (default: none).
-	Metrics Metrics
+	Metrics hns.Metrics
 	// Offline supplies network facts for DryRun when HNS is nil.
 	Offline OfflineFacts
 }
 
 // Backend programs HNS load balancers and remote endpoints for one IP family.
-// It implements proxy.Backend and proxy.DryRunner.
+// It implements proxy.Backend, proxy.DryRunner, proxy.UnsupportedReporter
+// and proxy.Quarantiner.
 //
-// It keeps a record of what exists in HNS (State), refreshed by a full
-// listing on the first sync, every ResyncPeriod and after a failed sync, and
-// otherwise updated from the results of its own calls. A sync with no change
-// makes no HNS call.
+// It keeps a record of what exists in HNS (reconcile.Record), refreshed by a
+// full listing on the first sync, every ResyncPeriod and after a failed
+// sync, and otherwise replaced, after each apply, by the record Apply
+// returns. A sync with no change makes no HNS call. The protocol of a sync
+// is in sync.go.
 type Backend struct {
 	opts  Options
 	log   klog.Logger
-	hns   HNS // instrumented; nil for dry-run only
+	hns   hns.HNS // instrumented, bounded; nil for dry-run only
 	clock clock.PassiveClock
 
 	mu sync.Mutex
-	// caps is nil until HNS was asked for its version.
-	caps *Capabilities
-	// network is nil until the network was found.
-	network *Network
-	// netName is the network's name: Options.NetworkName, else the one
-	// found on the host ("" until found).
-	netName string
-	// rec is what exists in HNS (nil until listed).
-	rec      *State
+	// caps is nil until HNS was asked for its version; build names the
+	// Windows build and HNS version (learned echoes are per build).
+	caps  *hns.Capabilities
+	build string
+	// network is nil until the network was found (by r).
+	network *hns.Network
+	// r reads HNS (observe.go).
+	r reader
+	// rec is what HNS holds, as far as kproxy knows (nil until listed).
+	rec *reconcile.Record
+	// plan is the last sync's plan (the next one reuses its unchanged ports).
+	plan     *plan.Plan
 	needList bool
 	// lastList and lastCheck are when the sync that last listed HNS, and
 	// the one that last checked the record against HNS (or listed), began.
-	lastList  time.Time
-	lastCheck time.Time
+	lastList    time.Time
+	lastCheck   time.Time
+	lastRecheck time.Time
 	// routeChecked are remote addresses outside every remote subnet for
-	// which the network was read again (cleared at each listing): a new
-	// node's subnet is looked up once, not at every sync.
+	// which the network was read again (cleared at each listing).
 	routeChecked map[netip.Addr]bool
+	// fallbackPA: the last plan has a remote endpoint no remote subnet
+	// holds (it got this node's provider address): the network is read at
+	// every sync until a route for it appears.
+	fallbackPA bool
 	// ifaces are the host's interfaces, read at each listing.
 	ifaces []HostInterface
-	// missingLocal are the local addresses found missing at the last sync:
-	// when new ones appear, the endpoints are listed again once.
+	// missingLocal are the local addresses found missing at the last sync.
 	missingLocal map[netip.Addr]bool
-	lastRecheck  time.Time
-	// unsupported is what the last sync's plan could not program as asked
-	// (see Unsupported).
+	// unsupported is what the last sync's plan could not program as asked.
 	unsupported []proxy.Unsupported
-	// plans memoizes per-port planning across syncs.
-	plans *PlanCache
-	// sentLBs and sentEP are what kproxy sent for the objects it created
-	// (or adopted), by lower-case HNS ID: the fields HNS may not return
-	// (echo.go).
-	sentLBs map[string]sentLB
-	sentEP  map[string]sentEndpoint
-	// echoed are the fields HNS was seen returning (a non-zero value in a
-	// listing): read back zero, they are zero, not "not said".
-	echoed EchoDrops
-	// unadopted: the record comes from a listing whose objects without a
-	// record have not been completed from a plan yet (adoptUnknown).
-	unadopted bool
-	// quar holds what HNS rejected for good, by object (see quarantine.go).
-	quar map[string]*quarantined
+	// q is the quarantine of what HNS refused (quarantine.go).
+	q quarantine
 	// sourceVIP is the source VIP found on an overlay network when none is
-	// configured (invalid until found); noVIP lists the ports left out
-	// while none can be found.
+	// configured (invalid until found).
 	sourceVIP netip.Addr
-	noVIP     []proxy.QuarantinedPort
-	// idleLogged: this IPv6 backend said once why it programs nothing.
+	// idleLogged: said once.
 	idleLogged bool
-
-	// qmu guards qPublished, what Quarantined returns (it must not wait for
-	// a sync).
-	qmu        sync.Mutex
-	qPublished []proxy.QuarantinedPort
+	// echoes keeps the learned echoes across restarts (echoes.go).
+	echoes echoStore
 }
 
 var (
-	_ proxy.Backend   = (*Backend)(nil)
-	_ proxy.DryRunner = (*Backend)(nil)
+	_ proxy.Backend             = (*Backend)(nil)
+	_ proxy.DryRunner           = (*Backend)(nil)
+	_ proxy.UnsupportedReporter = (*Backend)(nil)
 )
 
 // New returns a backend. It makes no HNS call.
@@ -220,7 +227,7 @@ func New(opts Options) (*Backend, error) {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}
 	if opts.CallTimeout == 0 {
-		opts.CallTimeout = DefaultCallTimeout
+		opts.CallTimeout = hns.DefaultCallTimeout
 	}
 	if opts.CheckPeriod == 0 {
 		opts.CheckPeriod = DefaultCheckPeriod
@@ -229,10 +236,10 @@ func New(opts Options) (*Backend, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NopMetrics{}
+		opts.Metrics = hns.NopMetrics{}
 	}
 	if opts.Interfaces == nil {
-		opts.Interfaces = hostInterfaces
+		opts.Interfaces = HostInterfaces
 	}
 	if opts.SourceVIP.IsValid() {
 		opts.SourceVIP = opts.SourceVIP.Unmap()
@@ -247,20 +254,20 @@ func New(opts Options) (*Backend, error) {
 	b := &Backend{
 		opts:         opts,
 		log:          log,
-		netName:      opts.NetworkName,
-		sentLBs:      make(map[string]sentLB),
-		sentEP:       make(map[string]sentEndpoint),
 		clock:        opts.Clock,
 		needList:     true,
 		missingLocal: make(map[netip.Addr]bool),
-		plans:        NewPlanCache(),
+		q:            quarantine{family: opts.Family, log: log},
 	}
+	b.r = reader{opts: &b.opts, log: log, netName: opts.NetworkName}
+	b.echoes = echoStore{file: opts.EchoFile, log: log}
 	if opts.HNS != nil {
 		h := opts.HNS
 		if opts.CallTimeout > 0 {
-			h = &timeoutHNS{hns: h, timeout: opts.CallTimeout, log: log}
+			h = hns.WithTimeout(h, opts.CallTimeout, log)
 		}
-		b.hns = instrumented{hns: h, m: opts.Metrics, clock: opts.Clock}
+		b.hns = hns.Instrument(h, opts.Metrics, opts.Clock)
+		b.r.hns = b.hns
 	}
 	return b, nil
 }
@@ -279,15 +286,15 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && now.Sub(b.lastList) >= b.opts.ResyncPeriod
 	list := b.needList || resync
 	check := !list && b.opts.CheckPeriod > 0 && now.Sub(b.lastCheck) >= b.opts.CheckPeriod
-	if ch.Empty() && !list && !check && !b.quarantineDue(now) {
+	if ch.Empty() && !list && !check && !b.q.due(now) {
 		return nil
 	}
-	if b.noVIP != nil && b.opts.CheckPeriod > 0 && now.Sub(b.lastList) >= b.opts.CheckPeriod {
+	if b.q.noVIP != nil && b.opts.CheckPeriod > 0 && now.Sub(b.lastList) >= b.opts.CheckPeriod {
 		list = true // look for the Calico endpoint again
 	}
 	if check && !list {
 		b.lastCheck = now
-		gone, err := b.checkRecord()
+		gone, err := b.r.checkRecord(b.rec.State, b.network.Name)
 		if err != nil {
 			b.needList = true
 			return err
@@ -297,14 +304,14 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 			list = true
 		}
 	}
-	err := b.sync(ctx, snap, list, now)
+	err := b.sync(ctx, snap, list, check, now)
 	b.needList = err != nil
 	return err
 }
 
 // report records the plan's warnings as what the backend left out, for
 // Unsupported (the app logs each once, records an Event and counts them).
-func (b *Backend) report(ws []Warning) {
+func (b *Backend) report(ws []plan.Warning) {
 	out := make([]proxy.Unsupported, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, proxy.Unsupported{Service: w.Service, Family: b.opts.Family, Reason: w.Reason, Message: w.Message})
@@ -331,9 +338,10 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.list(b.clock.Now()); err != nil {
+	l, err := b.list(b.clock.Now())
+	if err != nil {
 		b.needList = true
-		if !IsNotFound(err) && !errors.Is(err, ErrNoNetwork) {
+		if !hns.IsNotFound(err) && !errors.Is(err, ErrNoNetwork) {
 			return fmt.Errorf("cleanup: %w", err)
 		}
 		// The network is gone (its endpoints with it): delete the family's
@@ -341,11 +349,14 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		b.log.Info("No HNS network; removing every load balancer of the family", "family", b.opts.Family, "reason", err)
 		return b.cleanupLoadBalancers()
 	}
-	r := Reconcile(&Plan{Family: b.opts.Family}, b.rec, false)
+	base := reconcile.Adopt(l.state, l.evidence, b.rec, nil).Record
+	r := reconcile.Reconcile(&plan.Plan{Family: b.opts.Family}, base.State, false)
 	b.log.Info("Removing kproxy's HNS objects", "family", b.opts.Family, "operations", len(r.Ops))
-	res := b.apply(ctx, r)
+	ap := reconcile.Applier{HNS: b.hns, Log: b.log, Family: b.opts.Family}
+	next, res := ap.Apply(ctx, r, base)
+	b.rec = next
 	b.needList = true // the next sync starts from a listing
-	if err := res.joined(); err != nil {
+	if err := res.Joined(); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil
@@ -360,10 +371,10 @@ func (b *Backend) cleanupLoadBalancers() error {
 	var errs []error
 	n := 0
 	for i := range lbs {
-		if (lbs[i].Flags&LBFlagIPv6 != 0) != (b.opts.Family == v1.IPv6Protocol) {
+		if (lbs[i].Flags&hns.LBFlagIPv6 != 0) != (b.opts.Family == v1.IPv6Protocol) {
 			continue
 		}
-		if err := b.hns.DeleteLoadBalancer(lbs[i].ID); err != nil && !IsNotFound(err) {
+		if err := b.hns.DeleteLoadBalancer(lbs[i].ID); err != nil && !hns.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting load balancer %s: %w", lbs[i].ID, err))
 			continue
 		}

@@ -6,33 +6,36 @@ import (
 	"io"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
 // DryRunOutput is what DryRun prints: the desired HNS objects in HNS's own
 // schema and field names, plus kproxy's annotations.
 type DryRunOutput struct {
 	Family  string
-	Network Network
+	Network hns.Network
 	// Version is the HNS version the plan assumes.
-	Version Version
+	Version hns.Version
 	// Offline is true when HNS was not asked (any OS without HNS): endpoint
 	// references then are addresses, and local endpoints are assumed to exist.
 	Offline bool
 	// Endpoints are the endpoints kproxy creates (remote backends; on overlay
 	// networks the source VIP and service VIP endpoints).
-	Endpoints []*Endpoint
+	Endpoints []*hns.Endpoint
 	// LoadBalancers in HNS's schema. HostComputeEndpoints holds HNS IDs of
 	// existing endpoints, and addresses for endpoints not created yet.
 	LoadBalancers []DryRunLB
-	Warnings      []Warning `json:",omitempty"`
+	Warnings      []plan.Warning `json:",omitempty"`
 	// Operations are the HNS calls a sync would make now (online only).
 	Operations []string `json:",omitempty"`
 }
 
 // DryRunLB is a load balancer with kproxy's annotations.
 type DryRunLB struct {
-	LoadBalancer
-	Kind     LBKind
+	hns.LoadBalancer
+	Kind     plan.LBKind
 	Services []string
 }
 
@@ -44,17 +47,17 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 	defer b.mu.Unlock()
 	out := DryRunOutput{Family: string(b.opts.Family)}
 
-	var st *State
-	var version Version
-	var network *Network
+	var st *reconcile.State
+	var version hns.Version
+	var network *hns.Network
 	var ifaces []HostInterface
 	if b.hns == nil {
 		out.Offline = true
-		version = Version{Major: 15, Minor: 5}
+		version = hns.Version{Major: 15, Minor: 5}
 		if b.opts.Offline.Version != nil {
 			version = *b.opts.Offline.Version
 		}
-		network = &Network{Name: b.opts.NetworkName, Type: NetworkTypeL2Bridge}
+		network = &hns.Network{Name: b.opts.NetworkName, Type: hns.NetworkTypeL2Bridge}
 		if b.opts.Offline.Network != nil {
 			network = b.opts.Offline.Network
 		}
@@ -65,24 +68,24 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 			return fmt.Errorf("dry run: asking HNS for its version: %w", err)
 		}
 		version = v
-		o, err := b.read()
+		o, err := b.r.read()
 		if err != nil {
 			return fmt.Errorf("dry run: %w", err)
 		}
-		st, network, ifaces = o.rec, o.network, o.ifaces
+		st, network, ifaces = o.state, o.network, o.ifaces
 	}
-	facts := gatherFacts(&b.opts, CapabilitiesFor(version), network, ifaces, st, snap)
+	facts := GatherFacts(&b.opts, hns.CapabilitiesFor(version), network, ifaces, st, snap)
 	out.Version = version
 	out.Network = facts.Network
-	plan := BuildPlan(facts, snap.Family(b.opts.Family))
-	if plan.Err != nil {
-		return fmt.Errorf("dry run: planning %s HNS load balancers: %w", b.opts.Family, plan.Err)
+	p := plan.Build(facts, snap.Family(b.opts.Family), nil)
+	if p.Err != nil {
+		return fmt.Errorf("dry run: planning %s HNS load balancers: %w", b.opts.Family, p.Err)
 	}
-	out.Warnings = plan.Warnings
-	for _, e := range plan.Endpoints {
+	out.Warnings = p.Warnings
+	for _, e := range p.Endpoints {
 		out.Endpoints = append(out.Endpoints, e.HNS(facts.Network.ID))
 	}
-	for _, lb := range plan.LoadBalancers {
+	for _, lb := range p.LoadBalancers {
 		refs := make([]string, 0, len(lb.Endpoints))
 		for _, ip := range lb.Endpoints {
 			if st != nil && st.Endpoints[ip] != nil {
@@ -98,7 +101,7 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 		out.LoadBalancers = append(out.LoadBalancers, d)
 	}
 	if st != nil {
-		for _, op := range Reconcile(plan, st, CapabilitiesFor(version).ModifyLoadBalancer).Ops {
+		for _, op := range reconcile.Reconcile(p, st, hns.CapabilitiesFor(version).ModifyLoadBalancer).Ops {
 			out.Operations = append(out.Operations, op.String())
 		}
 	}

@@ -8,15 +8,17 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
 )
 
 // echoSnap uses every field HNS may not return: a NodePort (port mapping
 // flags), ClientIP affinity (distribution), DSR (load balancer flags), and
-// on overlay the source VIP and remote endpoints' provider addresses.
+// on wt.Overlay the source VIP and remote endpoints' provider addresses.
 func echoSnap() *proxy.Snapshot {
-	return snap(node(),
-		svcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), affinity(defaultAffinitySeconds),
-			eps(localEP("10.244.1.5", 8080), remoteEP("10.244.2.5", 8080), remoteEP("10.244.3.5", 8080))),
+	return wt.Snap(node(),
+		wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.NodePort(30080), wt.Affinity(10800),
+			wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080), wt.RemoteEP("10.244.3.5", 8080))),
 	)
 }
 
@@ -25,22 +27,22 @@ func echoSnap() *proxy.Snapshot {
 // and the per-period check find nothing to change, so nothing is deleted
 // and created again.
 func TestBackendNoReprogrammingWhenHNSDropsFields(t *testing.T) {
-	for _, v := range []Version{hnsModern, {Major: 15, Minor: 4}} {
+	for _, v := range []hns.Version{wt.HNSModern, {Major: 15, Minor: 4}} {
 		t.Run(v.String(), func(t *testing.T) {
 			h := newHarness(t, overlayNet(), v, func(o *Options) { o.EnableDSR = true; o.CheckPeriod = 30 * time.Second })
-			h.f.DropOnRead(DropUnechoed)
+			h.f.DropOnRead(hns.FieldsUnechoed)
 			s := echoSnap()
 			h.mustSync(s, proxy.Changes{Full: true})
 			want := h.f.Dump()
 
 			expectCalls(t, "right after", h.mustSync(s, changed), "")
 			h.clock.Step(30 * time.Second)
-			expectCalls(t, "check", h.mustSync(s, proxy.Changes{}), checkCalls)
+			expectCalls(t, "check", h.mustSync(s, proxy.Changes{}), overlayCheckCalls)
 			for i := range 3 {
 				h.clock.Step(DefaultResyncPeriod)
 				expectCalls(t, "resync "+string(rune('1'+i)), h.mustSync(s, proxy.Changes{}), listCalls)
 			}
-			mustEqual(t, "after resyncs", h.f.Dump(), want)
+			wt.MustEqual(t, "after resyncs", h.f.Dump(), want)
 		})
 	}
 }
@@ -48,29 +50,29 @@ func TestBackendNoReprogrammingWhenHNSDropsFields(t *testing.T) {
 // What HNS does return is still reconciled: a load balancer whose port
 // mapping flags read back differ (not just missing) is reprogrammed.
 func TestBackendEchoedDifferenceIsRepaired(t *testing.T) {
-	h := newHarness(t, overlayNet(), hnsModern)
+	h := newHarness(t, overlayNet(), wt.HNSModern)
 	s := echoSnap()
 	h.mustSync(s, proxy.Changes{Full: true})
 	want := h.f.Dump()
 	for _, lb := range h.f.LoadBalancers() {
 		if lb.PortMappings[0].ExternalPort == 30080 {
 			h.f.RemoveLoadBalancer(lb.ID)
-			lb.PortMappings[0].Flags = PortFlagVIPExternalIP // someone changed it out of band
+			lb.PortMappings[0].Flags = hns.PortFlagVIPExternalIP // someone changed it out of band
 			h.f.AddLoadBalancer(lb)
 		}
 	}
 	h.clock.Step(DefaultResyncPeriod)
 	calls := h.mustSync(s, proxy.Changes{})
-	if calls[OpUpdateLoadBalancer] != 1 {
+	if calls[hns.OpUpdateLoadBalancer] != 1 {
 		t.Errorf("resync: calls %s, want the changed load balancer updated", callsString(calls))
 	}
-	mustEqual(t, "after the repair", h.f.Dump(), want)
+	wt.MustEqual(t, "after the repair", h.f.Dump(), want)
 }
 
 // mutating counts the calls that change HNS.
 func mutating(calls map[string]int) int {
-	return calls[OpCreateEndpoint] + calls[OpDeleteEndpoint] + calls[OpCreateLoadBalancer] +
-		calls[OpUpdateLoadBalancer] + calls[OpDeleteLoadBalancer]
+	return calls[hns.OpCreateEndpoint] + calls[hns.OpDeleteEndpoint] + calls[hns.OpCreateLoadBalancer] +
+		calls[hns.OpUpdateLoadBalancer] + calls[hns.OpDeleteLoadBalancer]
 }
 
 // A kproxy restart (a new backend, with an empty record, over the same HNS)
@@ -82,13 +84,13 @@ func mutating(calls map[string]int) int {
 func TestBackendRestartWhenHNSDropsFields(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		v     Version
-		drops EchoDrops
+		v     hns.Version
+		drops hns.Fields
 	}{
-		{"15.5 unechoed", hnsModern, DropUnechoed},
-		{"15.4 unechoed", Version{Major: 15, Minor: 4}, DropUnechoed},
-		{"15.5 all", hnsModern, DropAll},
-		{"15.4 all", Version{Major: 15, Minor: 4}, DropAll},
+		{"15.5 unechoed", wt.HNSModern, hns.FieldsUnechoed},
+		{"15.4 unechoed", hns.Version{Major: 15, Minor: 4}, hns.FieldsUnechoed},
+		{"15.5 all", wt.HNSModern, hns.FieldsAll},
+		{"15.4 all", hns.Version{Major: 15, Minor: 4}, hns.FieldsAll},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsr := func(o *Options) { o.EnableDSR = true }
@@ -100,18 +102,18 @@ func TestBackendRestartWhenHNSDropsFields(t *testing.T) {
 
 			h.b = h.newBackend(dsr) // kproxy restarts
 			expectCalls(t, "restart", h.mustSync(s, proxy.Changes{Full: true}), listCalls+" Version=1")
-			mustEqual(t, "after the restart", h.f.Dump(), want)
+			wt.MustEqual(t, "after the restart", h.f.Dump(), want)
 			expectCalls(t, "right after", h.mustSync(s, changed), "")
 			h.clock.Step(DefaultResyncPeriod)
 			expectCalls(t, "resync", h.mustSync(s, proxy.Changes{}), listCalls)
 
-			h.f.SetRemoteSubnets(h.net, []RemoteSubnet{
+			h.f.SetRemoteSubnets(h.net, []hns.RemoteSubnet{
 				{DestinationPrefix: "10.244.2.0/24", ProviderAddress: "10.0.0.22"},
 				{DestinationPrefix: "10.244.3.0/24", ProviderAddress: "10.0.0.3"},
 			})
 			h.clock.Step(DefaultResyncPeriod)
 			calls := h.mustSync(s, proxy.Changes{})
-			if calls[OpCreateEndpoint] != 1 || calls[OpDeleteEndpoint] != 1 {
+			if calls[hns.OpCreateEndpoint] != 1 || calls[hns.OpDeleteEndpoint] != 1 {
 				t.Errorf("subnet moved: calls %s, want its endpoint replaced", callsString(calls))
 			}
 			if d := h.f.Dump(); !strings.Contains(d, "ep 10.244.2.5 remote pa=10.0.0.22") {
@@ -129,27 +131,27 @@ func TestBackendRestartWhenHNSDropsFields(t *testing.T) {
 // and the next syncs change nothing. Endpoints it no longer needs are left:
 // with neither names nor MACs returned, nothing says they are kproxy's.
 func TestBackendRestartWithoutVIPsAfterChanges(t *testing.T) {
-	h := newHarness(t, overlayNet(), hnsModern)
-	h.f.DropOnRead(DropAll)
-	before := snap(node(),
-		svcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps(localEP("10.244.1.5", 8080), remoteEP("10.244.2.5", 8080))),
-		svcPort("api", v1.ProtocolTCP, "10.96.0.11", 80, eps(remoteEP("10.244.3.5", 8080))),
-		svcPort("gone", v1.ProtocolTCP, "10.96.0.12", 80, eps(remoteEP("10.244.3.6", 8080))),
+	h := newHarness(t, overlayNet(), wt.HNSModern)
+	h.f.DropOnRead(hns.FieldsAll)
+	before := wt.Snap(node(),
+		wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.NodePort(30080), wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080))),
+		wt.SvcPort("api", v1.ProtocolTCP, "10.96.0.11", 80, wt.Eps(wt.RemoteEP("10.244.3.5", 8080))),
+		wt.SvcPort("gone", v1.ProtocolTCP, "10.96.0.12", 80, wt.Eps(wt.RemoteEP("10.244.3.6", 8080))),
 	)
 	h.mustSync(before, proxy.Changes{Full: true})
 	// While kproxy is away: web's endpoints change, gone is deleted, new appears.
-	after := snap(node(),
-		svcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps(localEP("10.244.1.5", 8080), remoteEP("10.244.2.6", 8080))),
-		svcPort("api", v1.ProtocolTCP, "10.96.0.11", 80, eps(remoteEP("10.244.3.5", 8080))),
-		svcPort("new", v1.ProtocolTCP, "10.96.0.13", 80, eps(remoteEP("10.244.3.7", 8080))),
+	after := wt.Snap(node(),
+		wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.NodePort(30080), wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.6", 8080))),
+		wt.SvcPort("api", v1.ProtocolTCP, "10.96.0.11", 80, wt.Eps(wt.RemoteEP("10.244.3.5", 8080))),
+		wt.SvcPort("new", v1.ProtocolTCP, "10.96.0.13", 80, wt.Eps(wt.RemoteEP("10.244.3.7", 8080))),
 	)
-	fresh := newHarness(t, overlayNet(), hnsModern)
+	fresh := newHarness(t, overlayNet(), wt.HNSModern)
 	fresh.mustSync(after, proxy.Changes{Full: true})
 	want := fresh.f.Dump()
 
 	h.b = h.newBackend()
 	calls := h.mustSync(after, proxy.Changes{Full: true})
-	if calls[OpUpdateLoadBalancer]+calls[OpDeleteLoadBalancer] == 0 {
+	if calls[hns.OpUpdateLoadBalancer]+calls[hns.OpDeleteLoadBalancer] == 0 {
 		t.Errorf("restart: calls %s, want the changed load balancers reprogrammed", callsString(calls))
 	}
 	lines := func(dump, prefix string) (out []string) {
@@ -161,7 +163,7 @@ func TestBackendRestartWithoutVIPsAfterChanges(t *testing.T) {
 		return out
 	}
 	got := h.f.Dump()
-	mustEqual(t, "load balancers after the restart", strings.Join(lines(got, "lb "), "\n"), strings.Join(lines(want, "lb "), "\n"))
+	wt.MustEqual(t, "load balancers after the restart", strings.Join(lines(got, "lb "), "\n"), strings.Join(lines(want, "lb "), "\n"))
 	for _, ep := range lines(want, "ep ") {
 		if !strings.Contains(got, ep+"\n") {
 			t.Errorf("after the restart, HNS lacks %q:\n%s", ep, got)
@@ -177,7 +179,7 @@ func TestBackendRestartWithoutVIPsAfterChanges(t *testing.T) {
 // VIP and a remote endpoint whose provider address were removed out of band
 // are repaired, since other objects show HNS returns those fields.
 func TestBackendRestartRepairsWhatHNSShowsItReturns(t *testing.T) {
-	h := newHarness(t, overlayNet(), hnsModern)
+	h := newHarness(t, overlayNet(), wt.HNSModern)
 	s := echoSnap()
 	h.mustSync(s, proxy.Changes{Full: true})
 	want := h.f.Dump()
@@ -197,10 +199,10 @@ func TestBackendRestartRepairsWhatHNSShowsItReturns(t *testing.T) {
 	}
 	h.b = h.newBackend()
 	calls := h.mustSync(s, proxy.Changes{Full: true})
-	if calls[OpCreateEndpoint] != 1 || calls[OpDeleteEndpoint] != 1 || calls[OpUpdateLoadBalancer]+calls[OpCreateLoadBalancer] == 0 {
+	if calls[hns.OpCreateEndpoint] != 1 || calls[hns.OpDeleteEndpoint] != 1 || calls[hns.OpUpdateLoadBalancer]+calls[hns.OpCreateLoadBalancer] == 0 {
 		t.Errorf("restart: calls %s, want the endpoint replaced and the load balancers reprogrammed", callsString(calls))
 	}
-	mustEqual(t, "after the restart", h.f.Dump(), want)
+	wt.MustEqual(t, "after the restart", h.f.Dump(), want)
 	h.b = h.newBackend()
 	if n := mutating(h.mustSync(s, proxy.Changes{Full: true})); n != 0 {
 		t.Errorf("second restart: %d changes, want none", n)
@@ -210,8 +212,8 @@ func TestBackendRestartRepairsWhatHNSShowsItReturns(t *testing.T) {
 // explain --live reads HNS without kproxy's record: what HNS did not say is
 // not drift either.
 func TestExplainLiveWhenHNSDropsFields(t *testing.T) {
-	h := newHarness(t, overlayNet(), hnsModern, func(o *Options) { o.EnableDSR = true })
-	h.f.DropOnRead(DropAll)
+	h := newHarness(t, overlayNet(), wt.HNSModern, func(o *Options) { o.EnableDSR = true })
+	h.f.DropOnRead(hns.FieldsAll)
 	s := echoSnap()
 	h.mustSync(s, proxy.Changes{Full: true})
 	e, err := h.b.Explainer(s, true)

@@ -9,6 +9,9 @@ import (
 
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
 // HNSExplainer is `kproxy explain`'s tracer for the kernelspace mode: it
@@ -16,7 +19,7 @@ import (
 // backend's plan (planned) or what HNS holds (live, with the drift from the
 // plan).
 type HNSExplainer struct {
-	lbs   []*LBSpec
+	lbs   []*plan.LBSpec
 	drift []string
 	notes []string
 }
@@ -32,8 +35,8 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 	if live && b.hns == nil {
 		return nil, fmt.Errorf("--live needs HNS (on a Windows node)")
 	}
-	version := Version{Major: 15, Minor: 5}
-	network := &Network{Name: b.opts.NetworkName, Type: NetworkTypeL2Bridge}
+	version := hns.Version{Major: 15, Minor: 5}
+	network := &hns.Network{Name: b.opts.NetworkName, Type: hns.NetworkTypeL2Bridge}
 	var ifaces []HostInterface
 	var obs *observed
 	if b.hns == nil {
@@ -50,60 +53,60 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 			return nil, fmt.Errorf("asking HNS for its version: %w", err)
 		}
 		version = v
-		if obs, err = b.read(); err != nil {
+		if obs, err = b.r.read(); err != nil {
 			return nil, err
 		}
 		network, ifaces = obs.network, obs.ifaces
 	}
-	var rec *State
+	var rec *reconcile.State
 	if obs != nil {
-		rec = obs.rec
+		rec = obs.state
 	}
-	plan := BuildPlan(gatherFacts(&b.opts, CapabilitiesFor(version), network, ifaces, rec, snap), snap.Family(b.opts.Family))
-	if plan.Err != nil {
-		return nil, fmt.Errorf("planning %s HNS load balancers: %w", b.opts.Family, plan.Err)
+	p := plan.Build(GatherFacts(&b.opts, hns.CapabilitiesFor(version), network, ifaces, rec, snap), snap.Family(b.opts.Family), nil)
+	if p.Err != nil {
+		return nil, fmt.Errorf("planning %s HNS load balancers: %w", b.opts.Family, p.Err)
 	}
-	e := &HNSExplainer{lbs: plan.LoadBalancers}
-	for _, w := range plan.Warnings {
+	e := &HNSExplainer{lbs: p.LoadBalancers}
+	for _, w := range p.Warnings {
 		e.notes = append(e.notes, fmt.Sprintf("%s: %s", w.Service, w.Message))
 	}
 	if !live {
 		return e, nil
 	}
 	// What HNS did not say is unknown, as for a backend without a record
-	// (echo.go): taken as planned, not reported as drift.
-	adoptUnknown(plan, obs.rec, DropAll&^obs.evidence, func(string) bool { return false })
-	kinds := map[string]LBKind{}
-	for _, lb := range plan.LoadBalancers {
+	// (reconcile/echo.go): taken as planned, not reported as drift.
+	st := reconcile.Adopt(obs.state, obs.evidence, nil, p).Record.State
+	kinds := map[string]plan.LBKind{}
+	for _, lb := range p.LoadBalancers {
 		kinds[lb.Slot()] = lb.Kind
 	}
-	e.lbs = make([]*LBSpec, 0, len(obs.rec.LoadBalancers))
-	for _, slot := range sortedSlots(obs.rec.LoadBalancers) {
-		c := *obs.rec.LoadBalancers[slot].Spec // HNS does not say why a load balancer exists: the plan's slot does
+	e.lbs = make([]*plan.LBSpec, 0, len(st.LoadBalancers))
+	for _, slot := range reconcile.SortedSlots(st.LoadBalancers) {
+		c := *st.LoadBalancers[slot].Spec // HNS does not say why a load balancer exists: the plan's slot does
 		c.Kind = kinds[slot]
 		e.lbs = append(e.lbs, &c)
 	}
-	e.drift = HNSDrift(plan, obs.rec)
+	e.drift = HNSDrift(p, st)
 	return e, nil
 }
 
 // HNSDrift returns one line per difference between a plan and what HNS
 // holds: a load balancer missing, different, or in HNS without being
 // planned, and load balancers HNS holds that cannot be understood.
-func HNSDrift(plan *Plan, st *State) []string {
+func HNSDrift(p *plan.Plan, st *reconcile.State) []string {
 	var out []string
-	want := map[string]*LBSpec{}
-	for _, lb := range plan.LoadBalancers {
+	want := map[string]*plan.LBSpec{}
+	for _, lb := range p.LoadBalancers {
 		want[lb.Slot()] = lb
 		have := st.LoadBalancers[lb.Slot()]
 		switch {
 		case have == nil:
-			out = append(out, fmt.Sprintf("missing load balancer %s (%s of %s)", lb.Slot(), lb.Kind, ownerNames(lb.Owners)))
+			out = append(out, fmt.Sprintf("missing load balancer %s (%s of %s)", lb.Slot(), lb.Kind, plan.OwnerNames(lb.Owners)))
 		case have.Spec.Key() != lb.Key():
 			out = append(out, fmt.Sprintf("load balancer %s (%s) differs from the plan: HNS has %q, the plan %q", lb.Slot(), have.ID, have.Spec.Key(), lb.Key()))
 		}
 	}
-	for _, slot := range sortedSlots(st.LoadBalancers) {
+	for _, slot := range reconcile.SortedSlots(st.LoadBalancers) {
 		if want[slot] == nil {
 			out = append(out, fmt.Sprintf("stale load balancer %s (%s): in HNS, not in the plan", slot, st.LoadBalancers[slot].ID))
 		}
@@ -116,9 +119,9 @@ func HNSDrift(plan *Plan, st *State) []string {
 
 // Trace resolves q over the load balancers.
 func (e *HNSExplainer) Trace(q explain.Query) (*explain.Trace, error) {
-	origin := map[explain.Origin]Origin{explain.FromPod: OriginPod, explain.FromNode: OriginNode, explain.FromOutside: OriginRemote}[q.Origin]
-	c := Conn{Protocol: protocolNumber(q.Protocol), Src: q.From, Dst: q.To, From: origin, NodeAddrs: q.NodeAddrs}
-	r := Resolve(familyLBs(e.lbs, q.Family()), c)
+	origin := map[explain.Origin]plan.Origin{explain.FromPod: plan.OriginPod, explain.FromNode: plan.OriginNode, explain.FromOutside: plan.OriginRemote}[q.Origin]
+	c := plan.Conn{Protocol: plan.ProtocolNumber(q.Protocol), Src: q.From, Dst: q.To, From: origin, NodeAddrs: q.NodeAddrs}
+	r := plan.Resolve(familyLBs(e.lbs, q.Family()), c)
 	tr := &explain.Trace{Drift: e.drift, Notes: e.notes}
 	for i, why := range r.Reasons {
 		s := explain.Step{Where: fmt.Sprintf("HNS step %d", i+1), Why: why}
@@ -153,29 +156,29 @@ func (e *HNSExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 	return tr, nil
 }
 
-func familyLBs(lbs []*LBSpec, fam v1.IPFamily) []*LBSpec {
+func familyLBs(lbs []*plan.LBSpec, fam v1.IPFamily) []*plan.LBSpec {
 	v6 := fam == v1.IPv6Protocol
-	var out []*LBSpec
+	var out []*plan.LBSpec
 	for _, lb := range lbs {
-		if (lb.Flags&LBFlagIPv6 != 0) == v6 {
+		if (lb.Flags&hns.LBFlagIPv6 != 0) == v6 {
 			out = append(out, lb)
 		}
 	}
 	return out
 }
 
-func lbWhat(lb *LBSpec) string {
+func lbWhat(lb *plan.LBSpec) string {
 	var flags []string
-	if lb.Flags&LBFlagDSR != 0 {
+	if lb.Flags&hns.LBFlagDSR != 0 {
 		flags = append(flags, "DSR")
 	}
-	if lb.PortFlags&PortFlagVIPExternalIP != 0 {
+	if lb.PortFlags&hns.PortFlagVIPExternalIP != 0 {
 		flags = append(flags, "VIPExternalIP")
 	}
-	if lb.PortFlags&PortFlagLocalRoutedVIP != 0 {
+	if lb.PortFlags&hns.PortFlagLocalRoutedVIP != 0 {
 		flags = append(flags, "LocalRoutedVIP")
 	}
-	if lb.PortFlags&PortFlagILB != 0 {
+	if lb.PortFlags&hns.PortFlagILB != 0 {
 		flags = append(flags, "ILB")
 	}
 	eps := make([]string, 0, len(lb.Endpoints))

@@ -10,24 +10,30 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
-// facts gathers the node facts for a plan from the backend's record.
-func (b *Backend) facts(snap *proxy.Snapshot) *Facts {
-	var caps Capabilities
+// facts gathers the node facts for a plan from the backend's record (or the
+// listing being adopted).
+func (b *Backend) facts(snap *proxy.Snapshot, fresh *listing) *plan.Facts {
+	var caps hns.Capabilities
 	if b.caps != nil {
 		caps = *b.caps
 	}
-	f := gatherFacts(&b.opts, caps, b.network, b.ifaces, b.rec, snap)
+	f := GatherFacts(&b.opts, caps, b.network, b.ifaces, b.recordState(fresh), snap)
 	if !f.SourceVIP.IsValid() {
 		f.SourceVIP = b.sourceVIP
 	}
 	return f
 }
 
-// gatherFacts derives the node facts from the options, what HNS said and the snapshot.
-func gatherFacts(opts *Options, caps Capabilities, network *Network, ifaces []HostInterface, rec *State, snap *proxy.Snapshot) *Facts {
-	f := &Facts{
+// GatherFacts derives the node facts of a plan from the backend's options,
+// what HNS said (capabilities, network, its endpoints: st, which may be
+// nil) and the snapshot's Node.
+func GatherFacts(opts *Options, caps hns.Capabilities, network *hns.Network, ifaces []HostInterface, rec *reconcile.State, snap *proxy.Snapshot) *plan.Facts {
+	f := &plan.Facts{
 		Family:                opts.Family,
 		SourceVIP:             opts.SourceVIP,
 		EnableDSR:             opts.EnableDSR,
@@ -44,7 +50,7 @@ func gatherFacts(opts *Options, caps Capabilities, network *Network, ifaces []Ho
 		f.HostMAC = macOf(ifaces, f.NodeIP)
 	}
 	if rec != nil && opts.ForwardHealthCheckVIP {
-		f.RootEndpointIP = rootEndpointIP(rec, opts.RootHNSEndpointName)
+		f.RootEndpointIP = RootEndpointIP(rec, opts.RootHNSEndpointName)
 	}
 	return f
 }
@@ -94,7 +100,9 @@ func macOf(ifaces []HostInterface, ip netip.Addr) string {
 	return ""
 }
 
-func rootEndpointIP(st *State, name string) netip.Addr {
+// RootEndpointIP is the address of the local endpoint named name (the
+// root HNS endpoint forwarded health checks go to); invalid when none.
+func RootEndpointIP(st *reconcile.State, name string) netip.Addr {
 	var found []netip.Addr
 	for ip, ep := range st.Endpoints {
 		if !ep.Remote && strings.EqualFold(ep.Name, name) {
@@ -108,8 +116,9 @@ func rootEndpointIP(st *State, name string) netip.Addr {
 	return found[0]
 }
 
-// hostInterfaces lists the host's interfaces with package net.
-func hostInterfaces() ([]HostInterface, error) {
+// HostInterfaces lists the host's interfaces with package net (the
+// default of Options.Interfaces).
+func HostInterfaces() ([]HostInterface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, fmt.Errorf("listing interfaces: %w", err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
 )
 
 func noNetworkName(o *Options) { o.NetworkName = "" }
@@ -14,16 +16,16 @@ func noNetworkName(o *Options) { o.NetworkName = "" }
 // No network name configured: the host's only L2Bridge or Overlay network
 // is used (a NAT network beside it does not count).
 func TestBackendPicksTheOnlyUsableNetwork(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern, noNetworkName)
-	h.f.AddNetwork(Network{Name: "nat", Type: "NAT"})
+	h := newHarness(t, l2bridgeNet, wt.HNSModern, noNetworkName)
+	h.f.AddNetwork(hns.Network{Name: "nat", Type: "NAT"})
 	h.mustSync(webAndDNS(), proxy.Changes{Full: true})
-	mustEqual(t, "programmed on the only L2Bridge network", h.f.Dump(), webAndDNSDump)
+	wt.MustEqual(t, "programmed on the only L2Bridge network", h.f.Dump(), webAndDNSDump)
 }
 
 func TestBackendNetworkAmbiguous(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern, noNetworkName)
-	h.f.AddNetwork(Network{Name: "Calico", Type: NetworkTypeOverlay})
-	h.f.AddNetwork(Network{Name: "nat", Type: "NAT"})
+	h := newHarness(t, l2bridgeNet, wt.HNSModern, noNetworkName)
+	h.f.AddNetwork(hns.Network{Name: "Calico", Type: hns.NetworkTypeOverlay})
+	h.f.AddNetwork(hns.Network{Name: "nat", Type: "NAT"})
 	_, err := h.sync(webAndDNS(), proxy.Changes{Full: true})
 	if !errors.Is(err, ErrNoNetwork) {
 		t.Fatalf("want ErrNoNetwork, got %v", err)
@@ -39,7 +41,7 @@ func TestBackendNetworkAmbiguous(t *testing.T) {
 }
 
 func TestPickNetworkNone(t *testing.T) {
-	_, err := pickNetwork([]Network{{Name: "nat", Type: "NAT"}})
+	_, _, err := pickNetwork([]hns.Network{{Name: "nat", Type: "NAT"}}, nil)
 	if !errors.Is(err, ErrNoNetwork) || !strings.Contains(err.Error(), `"nat" (NAT)`) {
 		t.Fatalf("got %v", err)
 	}
@@ -48,10 +50,10 @@ func TestPickNetworkNone(t *testing.T) {
 // --cleanup after the CNI removed the network still deletes the load
 // balancers of the family (and only of the family).
 func TestCleanupWithoutNetwork(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern)
+	h := newHarness(t, l2bridgeNet, wt.HNSModern)
 	h.mustSync(webAndDNS(), proxy.Changes{Full: true})
-	other := h.f.AddLoadBalancer(LoadBalancer{Flags: LBFlagIPv6, FrontendVIPs: []string{"fd00::10"},
-		PortMappings: []PortMapping{{Protocol: ProtocolTCP, InternalPort: 80, ExternalPort: 80}}, HostComputeEndpoints: []string{"x"}})
+	other := h.f.AddLoadBalancer(hns.LoadBalancer{Flags: hns.LBFlagIPv6, FrontendVIPs: []string{"fd00::10"},
+		PortMappings: []hns.PortMapping{{Protocol: hns.ProtocolTCP, InternalPort: 80, ExternalPort: 80}}, HostComputeEndpoints: []string{"x"}})
 	h.f.RemoveNetwork(h.net)
 	if err := h.b.Cleanup(context.Background()); err != nil {
 		t.Fatalf("cleanup without the network: %v", err)
@@ -69,17 +71,17 @@ func TestCleanupWithoutNetwork(t *testing.T) {
 func TestIPv6BackendIdleOnOverlayAndOldHNS(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		n    Network
-		v    Version
+		n    hns.Network
+		v    hns.Version
 	}{
-		{"overlay", overlayNet(), hnsModern},
-		{"HNS 11.0", l2bridgeNet, Version{Major: 11, Minor: 0}},
+		{"overlay", overlayNet(), wt.HNSModern},
+		{"HNS 11.0", l2bridgeNet, hns.Version{Major: 11, Minor: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.n, tc.v)
 			v6 := h.newBackend(func(o *Options) { o.Family = "IPv6" })
-			s := snap([]string{"10.0.0.1", "fd00::1"},
-				svcPort("web6", "TCP", "fd00:10:96::10", 80, eps(remoteEP("fd00:244:2::5", 8080))))
+			s := wt.Snap([]string{"10.0.0.1", "fd00::1"},
+				wt.SvcPort("web6", "TCP", "fd00:10:96::10", 80, wt.Eps(wt.RemoteEP("fd00:244:2::5", 8080))))
 			if err := v6.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
 				t.Fatalf("IPv6 sync: %v", err)
 			}

@@ -11,13 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
 )
 
 var errRefused = errors.New("the parameter is incorrect")
 
-func rejectUDP(lb *LoadBalancer) error {
-	if lb.PortMappings[0].Protocol == ProtocolUDP {
-		return NewError(OpCreateLoadBalancer, CodeInvalidArg, errRefused)
+func rejectUDP(lb *hns.LoadBalancer) error {
+	if lb.PortMappings[0].Protocol == hns.ProtocolUDP {
+		return hns.NewError(hns.OpCreateLoadBalancer, hns.CodeInvalidArg, errRefused)
 	}
 	return nil
 }
@@ -36,7 +38,7 @@ var dnsPort = proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespa
 // sync succeeds (health stays up), the port is reported and retried with a
 // doubling backoff, and programmed as soon as HNS accepts it.
 func TestBackendIsolatesRejectedLoadBalancer(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern)
+	h := newHarness(t, l2bridgeNet, wt.HNSModern)
 	h.f.RejectLoadBalancers(rejectUDP)
 	s := webAndDNS()
 
@@ -48,7 +50,7 @@ lb TCP 10.96.0.10:80 -> 8080 flags=0 pflags=0 dist=0 eps=10.244.1.5,10.244.2.5,1
 		t.Fatalf("the other load balancers must be programmed:\n%s", got)
 	}
 	q := h.b.Quarantined()
-	mustEqual(t, "quarantined", quarantineString(q, h.clock.Now())+"\n", "ns/dns:p/IPv4 since=0s retry=+1s\n")
+	wt.MustEqual(t, "quarantined", quarantineString(q, h.clock.Now())+"\n", "ns/dns:p/IPv4 since=0s retry=+1s\n")
 	if len(q) == 1 && !strings.Contains(q[0].Reason, "the parameter is incorrect") {
 		t.Errorf("reason %q does not carry HNS's error", q[0].Reason)
 	}
@@ -58,7 +60,7 @@ lb TCP 10.96.0.10:80 -> 8080 flags=0 pflags=0 dist=0 eps=10.244.1.5,10.244.2.5,1
 	// Retry due: tried again (refused again), the backoff doubles.
 	h.clock.Step(time.Second)
 	expectCalls(t, "first retry", h.mustSync(s, proxy.Changes{}), "CreateLoadBalancer=1")
-	mustEqual(t, "after the first retry", quarantineString(h.b.Quarantined(), h.clock.Now())+"\n", "ns/dns:p/IPv4 since=1s retry=+2s\n")
+	wt.MustEqual(t, "after the first retry", quarantineString(h.b.Quarantined(), h.clock.Now())+"\n", "ns/dns:p/IPv4 since=1s retry=+2s\n")
 	// A change of another Service does not retry it early.
 	expectCalls(t, "other change", h.mustSync(s, changed), "")
 
@@ -66,14 +68,14 @@ lb TCP 10.96.0.10:80 -> 8080 flags=0 pflags=0 dist=0 eps=10.244.1.5,10.244.2.5,1
 	h.f.RejectLoadBalancers(nil)
 	h.clock.Step(2 * time.Second)
 	expectCalls(t, "accepted", h.mustSync(s, proxy.Changes{}), "CreateLoadBalancer=1")
-	mustEqual(t, "after acceptance", h.f.Dump(), webAndDNSDump)
+	wt.MustEqual(t, "after acceptance", h.f.Dump(), webAndDNSDump)
 	if q := h.b.Quarantined(); len(q) != 0 {
 		t.Errorf("still quarantined: %+v", q)
 	}
 }
 
 func TestQuarantineBackoffIsCapped(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern)
+	h := newHarness(t, l2bridgeNet, wt.HNSModern)
 	h.f.RejectLoadBalancers(rejectUDP)
 	s := webAndDNS()
 	h.mustSync(s, proxy.Changes{Full: true})
@@ -94,17 +96,17 @@ func TestQuarantineBackoffIsCapped(t *testing.T) {
 // An update HNS refuses keeps the load balancer that is there (its old
 // endpoints) rather than deleting it.
 func TestBackendRejectedUpdateKeepsOldLoadBalancer(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern)
+	h := newHarness(t, l2bridgeNet, wt.HNSModern)
 	h.mustSync(webAndDNS(), proxy.Changes{Full: true})
-	h.f.RejectLoadBalancers(func(lb *LoadBalancer) error {
+	h.f.RejectLoadBalancers(func(lb *hns.LoadBalancer) error {
 		if lb.PortMappings[0].ExternalPort == 53 {
-			return NewError(OpUpdateLoadBalancer, CodeInvalidArg, errRefused)
+			return hns.NewError(hns.OpUpdateLoadBalancer, hns.CodeInvalidArg, errRefused)
 		}
 		return nil
 	})
-	s := snap(node(),
-		svcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps(localEP("10.244.1.5", 8080), remoteEP("10.244.2.5", 8080), remoteEP("10.244.3.5", 8080))),
-		svcPort("dns", v1.ProtocolUDP, "10.96.0.53", 53, eps(localEP("10.244.1.6", 53))),
+	s := wt.Snap(node(),
+		wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.NodePort(30080), wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080), wt.RemoteEP("10.244.3.5", 8080))),
+		wt.SvcPort("dns", v1.ProtocolUDP, "10.96.0.53", 53, wt.Eps(wt.LocalEP("10.244.1.6", 53))),
 	)
 	h.mustSync(s, changed)
 	if !strings.Contains(h.f.Dump(), "lb UDP 10.96.0.53:53 -> 53 flags=0 pflags=0 dist=0 eps=10.244.1.6,10.244.2.9\n") {
@@ -120,23 +122,23 @@ func TestBackendRejectedUpdateKeepsOldLoadBalancer(t *testing.T) {
 // A remote endpoint HNS refuses for good: the load balancers are programmed
 // without it, and the ports that wanted it are reported.
 func TestBackendIsolatesRejectedEndpoint(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern)
-	h.f.RejectEndpoints(func(ep *Endpoint) error {
+	h := newHarness(t, l2bridgeNet, wt.HNSModern)
+	h.f.RejectEndpoints(func(ep *hns.Endpoint) error {
 		if ep.IPConfigurations[0].IPAddress == "10.244.3.5" {
-			return NewError(OpCreateEndpoint, CodeInvalidArg, errRefused)
+			return hns.NewError(hns.OpCreateEndpoint, hns.CodeInvalidArg, errRefused)
 		}
 		return nil
 	})
 	s := webAndDNS()
 	h.mustSync(s, proxy.Changes{Full: true})
-	mustEqual(t, "without the refused endpoint", h.f.Dump(), strings.NewReplacer(
+	wt.MustEqual(t, "without the refused endpoint", h.f.Dump(), strings.NewReplacer(
 		",10.244.3.5\n", "\n", "ep 10.244.3.5 remote name=kproxy-remote-10.244.3.5\n", "").Replace(webAndDNSDump))
-	mustEqual(t, "quarantined", quarantineString(h.b.Quarantined(), h.clock.Now())+"\n", "ns/web:p/IPv4 since=0s retry=+1s\n")
+	wt.MustEqual(t, "quarantined", quarantineString(h.b.Quarantined(), h.clock.Now())+"\n", "ns/web:p/IPv4 since=0s retry=+1s\n")
 	expectCalls(t, "held", h.mustSync(s, changed), "")
 	h.f.RejectEndpoints(nil)
 	h.clock.Step(time.Second)
 	h.mustSync(s, proxy.Changes{})
-	mustEqual(t, "after acceptance", h.f.Dump(), webAndDNSDump)
+	wt.MustEqual(t, "after acceptance", h.f.Dump(), webAndDNSDump)
 	if q := h.b.Quarantined(); len(q) != 0 {
 		t.Errorf("still quarantined: %+v", q)
 	}

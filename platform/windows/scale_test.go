@@ -11,6 +11,11 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/fakehns"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
 // The scale cluster: 2,000 Services (one TCP port each; every fourth a
@@ -40,12 +45,12 @@ func scalePort(i, shift int) *proxy.ServicePort {
 		list = append(list, proxy.Endpoint{IP: scaleRemoteIP(i*(scalePerSvc-1) + k + shift), Port: 8080, Ready: true, Serving: true})
 	}
 	list = append(list, proxy.Endpoint{IP: scaleLocalIP(i), Port: 8080, Ready: true, Serving: true, Local: true})
-	opts := []portOpt{eps(list...), named("ns", fmt.Sprintf("svc-%04d", i), "http")}
+	opts := []wt.PortOpt{wt.Eps(list...), wt.Named("ns", fmt.Sprintf("svc-%04d", i), "http")}
 	if i%4 == 0 {
-		opts = append(opts, nodePort(int32(30000+i)))
+		opts = append(opts, wt.NodePort(int32(30000+i)))
 	}
 	cip := netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(1 + i%250)})
-	return svcPort("x", v1.ProtocolTCP, cip.String(), 80, opts...)
+	return wt.SvcPort("x", v1.ProtocolTCP, cip.String(), 80, opts...)
 }
 
 func scaleSnapshot() (*proxy.Snapshot, []*proxy.ServicePort) {
@@ -53,16 +58,16 @@ func scaleSnapshot() (*proxy.Snapshot, []*proxy.ServicePort) {
 	for i := range ports {
 		ports[i] = scalePort(i, 0)
 	}
-	return snap([]string{"10.0.0.1"}, ports...), ports
+	return wt.Snap([]string{"10.0.0.1"}, ports...), ports
 }
 
-func scaleHarness(tb testing.TB, n Network, v Version) (*FakeHNS, *Backend) {
-	f := NewFakeHNS(v)
+func scaleHarness(tb testing.TB, n hns.Network, v hns.Version) (*fakehns.Fake, *Backend) {
+	f := fakehns.New(v)
 	net := f.AddNetwork(n)
 	for i := 0; i < scaleLocal; i++ {
 		f.AddLocalEndpoint(net, scaleLocalIP(i), fmt.Sprintf("pod-%d", i))
 	}
-	b, err := New(Options{HNS: f, NetworkName: n.Name, SourceVIP: mustAddr("10.244.1.250"),
+	b, err := New(Options{HNS: f, NetworkName: n.Name, SourceVIP: wt.MustAddr("10.244.1.250"),
 		Clock:      clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Interfaces: func() ([]HostInterface, error) { return nil, nil }})
 	if err != nil {
@@ -71,12 +76,12 @@ func scaleHarness(tb testing.TB, n Network, v Version) (*FakeHNS, *Backend) {
 	return f, b
 }
 
-var scaleNetworks = []Network{
-	{Name: "cbr0", Type: NetworkTypeL2Bridge},
-	{Name: "vxlan0", Type: NetworkTypeOverlay, RemoteSubnets: func() []RemoteSubnet {
-		var rs []RemoteSubnet
+var scaleNetworks = []hns.Network{
+	{Name: "cbr0", Type: hns.NetworkTypeL2Bridge},
+	{Name: "vxlan0", Type: hns.NetworkTypeOverlay, RemoteSubnets: func() []hns.RemoteSubnet {
+		var rs []hns.RemoteSubnet
 		for n := 2; n < 2+scaleRemote/250+1; n++ {
-			rs = append(rs, RemoteSubnet{DestinationPrefix: fmt.Sprintf("10.244.%d.0/24", n), ProviderAddress: fmt.Sprintf("10.0.0.%d", n)})
+			rs = append(rs, hns.RemoteSubnet{DestinationPrefix: fmt.Sprintf("10.244.%d.0/24", n), ProviderAddress: fmt.Sprintf("10.0.0.%d", n)})
 		}
 		return rs
 	}()},
@@ -92,7 +97,7 @@ func TestScaleCallCounts(t *testing.T) {
 		t.Skip("scale test")
 	}
 	for _, n := range scaleNetworks {
-		for _, v := range []Version{{15, 5}, {15, 4}} {
+		for _, v := range []hns.Version{{Major: 15, Minor: 5}, {Major: 15, Minor: 4}} {
 			t.Run(fmt.Sprintf("%s/HNS-%s", n.Type, v), func(t *testing.T) {
 				f, b := scaleHarness(t, n, v)
 				s, ports := scaleSnapshot()
@@ -102,15 +107,15 @@ func TestScaleCallCounts(t *testing.T) {
 					t.Fatal(err)
 				}
 				c := f.Calls()
-				objects := c[OpCreateEndpoint] + c[OpCreateLoadBalancer]
-				listing := c[OpVersion] + c[OpGetNetwork] + c[OpListEndpoints] + c[OpListLoadBalancers]
+				objects := c[hns.OpCreateEndpoint] + c[hns.OpCreateLoadBalancer]
+				listing := c[hns.OpVersion] + c[hns.OpGetNetwork] + c[hns.OpListEndpoints] + c[hns.OpListLoadBalancers]
 				wantLBs := scaleServices + scaleServices/4
 				wantEPs := scaleRemote
-				if n.Type == NetworkTypeOverlay {
+				if n.Type == hns.NetworkTypeOverlay {
 					wantEPs += scaleServices + 1 // service VIPs and the source VIP
 				}
-				if c[OpCreateLoadBalancer] != wantLBs || c[OpCreateEndpoint] != wantEPs {
-					t.Errorf("from scratch: %d load balancers and %d endpoints created, want %d and %d", c[OpCreateLoadBalancer], c[OpCreateEndpoint], wantLBs, wantEPs)
+				if c[hns.OpCreateLoadBalancer] != wantLBs || c[hns.OpCreateEndpoint] != wantEPs {
+					t.Errorf("from scratch: %d load balancers and %d endpoints created, want %d and %d", c[hns.OpCreateLoadBalancer], c[hns.OpCreateEndpoint], wantLBs, wantEPs)
 				}
 				if total := f.TotalCalls(); total != objects+listing || listing != 4 {
 					t.Errorf("from scratch: %d calls for %d objects and %d listing calls (%s)", total, objects, listing, callsString(c))
@@ -134,11 +139,11 @@ func TestScaleCallCounts(t *testing.T) {
 				p.ClusterEndpoints = p.ClusterEndpoints[1:]
 				changed[8] = &p
 				f.ResetCalls()
-				if err := b.Sync(ctx, snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
+				if err := b.Sync(ctx, wt.Snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
 					t.Fatal(err)
 				}
 				lbCalls := 2 // update in place
-				if !CapabilitiesFor(v).ModifyLoadBalancer {
+				if !hns.CapabilitiesFor(v).ModifyLoadBalancer {
 					lbCalls = 4 // delete and create
 				}
 				if got := f.TotalCalls(); got > lbCalls+1 {
@@ -151,13 +156,13 @@ func TestScaleCallCounts(t *testing.T) {
 				// A pod of a known node (an address outside every remote
 				// subnet costs one more call on overlay: the network is read
 				// again for a new node's subnet).
-				q.ClusterEndpoints = append([]proxy.Endpoint{{IP: mustAddr("10.244.2.254"), Port: 8080, Ready: true, Serving: true}}, p.ClusterEndpoints...)
+				q.ClusterEndpoints = append([]proxy.Endpoint{{IP: wt.MustAddr("10.244.2.254"), Port: 8080, Ready: true, Serving: true}}, p.ClusterEndpoints...)
 				changed[8] = &q
 				f.ResetCalls()
-				if err := b.Sync(ctx, snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
+				if err := b.Sync(ctx, wt.Snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
 					t.Fatal(err)
 				}
-				if got, c := f.TotalCalls(), f.Calls(); got > lbCalls+1 || c[OpCreateEndpoint] != 1 {
+				if got, c := f.TotalCalls(), f.Calls(); got > lbCalls+1 || c[hns.OpCreateEndpoint] != 1 {
 					t.Errorf("one new endpoint: %d calls (%s), want one endpoint and at most %d in all", got, callsString(c), lbCalls+1)
 				}
 				t.Logf("one new endpoint in a NodePort Service: %s", callsString(f.Calls()))
@@ -180,29 +185,29 @@ func cpuMetric(b *testing.B) func() {
 // BenchmarkPlanReconcile measures planning and reconciling the scale cluster
 // against a record that matches it: "full" plans every port (a first sync,
 // or after node facts changed); "one-port-changed" is the steady state, where
-// the plan cache replans only the port that changed (each iteration flips
+// the plan reuses the last plan's result for every port but the one that changed (each iteration flips
 // one Service's endpoints) and one load balancer needs an update.
 func BenchmarkPlanReconcile(b *testing.B) {
 	for _, n := range scaleNetworks {
 		b.Run(n.Type+"/full", func(b *testing.B) {
-			_, be := scaleHarness(b, n, hnsModern)
+			_, be := scaleHarness(b, n, wt.HNSModern)
 			s, _ := scaleSnapshot()
 			if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
 				b.Fatal(err)
 			}
-			facts := be.facts(s)
+			facts := be.facts(s, nil)
 			b.ReportAllocs()
 			b.ResetTimer()
 			defer cpuMetric(b)()
 			for i := 0; i < b.N; i++ {
-				plan := BuildPlan(facts, s.IPv4)
-				if r := Reconcile(plan, be.rec, true); !r.Empty() {
+				p := plan.Build(facts, s.IPv4, nil)
+				if r := reconcile.Reconcile(p, be.rec.State, true); !r.Empty() {
 					b.Fatalf("not in sync: %d operations", len(r.Ops))
 				}
 			}
 		})
 		b.Run(n.Type+"/one-port-changed", func(b *testing.B) {
-			_, be := scaleHarness(b, n, hnsModern)
+			_, be := scaleHarness(b, n, wt.HNSModern)
 			s, ports := scaleSnapshot()
 			if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
 				b.Fatal(err)
@@ -212,15 +217,15 @@ func BenchmarkPlanReconcile(b *testing.B) {
 			alt := append([]*proxy.ServicePort(nil), ports...)
 			p := *ports[9]
 			alt[9] = &p
-			snaps := []*proxy.Snapshot{s, snap([]string{"10.0.0.1"}, alt...)}
-			facts := be.facts(s)
-			cache := be.plans // the cache the record was programmed from
+			snaps := []*proxy.Snapshot{s, wt.Snap([]string{"10.0.0.1"}, alt...)}
+			facts := be.facts(s, nil)
+			prev := be.plan // the plan the record was programmed from
 			b.ReportAllocs()
 			b.ResetTimer()
 			defer cpuMetric(b)()
 			for i := 0; i < b.N; i++ {
-				plan := BuildPlanCached(facts, snaps[i%2].IPv4, cache)
-				if r := Reconcile(plan, be.rec, true); !r.Empty() {
+				p := plan.Build(facts, snaps[i%2].IPv4, prev)
+				if r := reconcile.Reconcile(p, be.rec.State, true); !r.Empty() {
 					b.Fatalf("not in sync: %d operations", len(r.Ops))
 				}
 			}
@@ -231,7 +236,7 @@ func BenchmarkPlanReconcile(b *testing.B) {
 // BenchmarkSyncNoChange measures a whole Sync with a full change set and
 // nothing to do (the runner's periodic full sync).
 func BenchmarkSyncNoChange(b *testing.B) {
-	f, be := scaleHarness(b, scaleNetworks[0], hnsModern)
+	f, be := scaleHarness(b, scaleNetworks[0], wt.HNSModern)
 	s, _ := scaleSnapshot()
 	ctx := context.Background()
 	if err := be.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
@@ -259,7 +264,7 @@ func BenchmarkSyncFromScratch(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				f, be := scaleHarness(b, n, hnsModern)
+				f, be := scaleHarness(b, n, wt.HNSModern)
 				f.ResetCalls()
 				b.StartTimer()
 				if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
@@ -267,7 +272,7 @@ func BenchmarkSyncFromScratch(b *testing.B) {
 				}
 				c := f.Calls()
 				calls += f.TotalCalls()
-				objects += c[OpCreateEndpoint] + c[OpCreateLoadBalancer]
+				objects += c[hns.OpCreateEndpoint] + c[hns.OpCreateLoadBalancer]
 			}
 			b.ReportMetric(float64(calls)/float64(b.N), "hns-calls/op")
 			b.ReportMetric(float64(objects)/float64(b.N), "objects/op")

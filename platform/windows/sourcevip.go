@@ -11,6 +11,9 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
 // CalicoEndpointName is the HNS endpoint Calico creates on each Windows node
@@ -121,27 +124,39 @@ func (r HostLocalReservation) Find(v6 bool) (netip.Addr, bool, error) {
 }
 
 // FindInIPAMStore returns a CheckOptions.ReservedSourceVIP function that
-// looks in the host-local store of the network under dataDir
-// (DefaultIPAMDataDir when empty).
-func FindInIPAMStore(dataDir string) func(network string, v6 bool) (netip.Addr, bool, error) {
-	if dataDir == "" {
-		dataDir = DefaultIPAMDataDir
-	}
-	return func(network string, v6 bool) (netip.Addr, bool, error) {
-		return HostLocalReservation{Dir: filepath.Join(dataDir, network)}.Find(v6)
+// looks in a host-local store (a directory).
+func FindInIPAMStore() func(store string, v6 bool) (netip.Addr, bool, error) {
+	return func(store string, v6 bool) (netip.Addr, bool, error) {
+		return HostLocalReservation{Dir: store}.Find(v6)
 	}
 }
 
-// ReserveInIPAMStore returns a ReserveSourceVIP function that reserves in
-// the host-local store of the network under dataDir (DefaultIPAMDataDir when
-// empty): dataDir/<network name>.
-func ReserveInIPAMStore(dataDir string) func(network string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error) {
-	if dataDir == "" {
+// ReserveInIPAMStore returns a ReserveSourceVIP function that reserves in a
+// host-local store (a directory; see Backend.ipamStore for which).
+func ReserveInIPAMStore() func(store string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error) {
+	return func(store string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error) {
+		return HostLocalReservation{Dir: store}.Reserve(subnet, avoid)
+	}
+}
+
+// IPAMStore is host-local's store for the source VIP of an HNS network: the
+// data directory (dataDir when set, else the CNI configuration's, else
+// DefaultIPAMDataDir) joined with the CNI configuration's network name when
+// its IPAM is host-local (host-local keys its store by it), else with the
+// HNS network's name. It says which it chose.
+func IPAMStore(cfg *CNIConfig, dataDir, hnsNetwork string) (store, why string) {
+	name, why := hnsNetwork, "the HNS network's name (no CNI configuration with host-local IPAM)"
+	if cfg.HostLocal() {
+		name, why = cfg.Name, "the network name of "+cfg.File
+	}
+	switch {
+	case dataDir != "":
+	case cfg.HostLocal():
+		dataDir = cfg.DataDir
+	default:
 		dataDir = DefaultIPAMDataDir
 	}
-	return func(network string, subnet netip.Prefix, avoid func(netip.Addr) bool) (netip.Addr, error) {
-		return HostLocalReservation{Dir: filepath.Join(dataDir, network)}.Reserve(subnet, avoid)
-	}
+	return filepath.Join(dataDir, name), why
 }
 
 func readOwner(path string) (string, error) {
@@ -171,15 +186,15 @@ func lastAddr(p netip.Prefix) netip.Addr {
 type errSourceVIP struct{ detail string }
 
 func (e errSourceVIP) Error() string {
-	return ErrNoSourceVIP.Error() + ": " + e.detail
+	return plan.ErrNoSourceVIP.Error() + ": " + e.detail
 }
 
-func (e errSourceVIP) Unwrap() error { return ErrNoSourceVIP }
+func (e errSourceVIP) Unwrap() error { return plan.ErrNoSourceVIP }
 
-// findSourceVIP returns the source VIP of an overlay network when none is
+// FindSourceVIP returns the source VIP of an overlay network when none is
 // configured: the address of Calico's host endpoint when there is one, else
 // the one reserved in the IPAM store for the node's pod subnet of the family.
-func findSourceVIP(opts *Options, network string, rec *State, podCIDRs []netip.Prefix) (netip.Addr, string, error) {
+func FindSourceVIP(opts *Options, store string, rec *reconcile.State, podCIDRs []netip.Prefix) (netip.Addr, string, error) {
 	if rec != nil {
 		for ip, ep := range rec.Endpoints {
 			if !ep.Remote && strings.EqualFold(ep.Name, CalicoEndpointName) {
@@ -202,9 +217,9 @@ func findSourceVIP(opts *Options, network string, rec *State, podCIDRs []netip.P
 		return netip.Addr{}, "", errSourceVIP{"none configured, no " + CalicoEndpointName + " endpoint, and the Node has no " + string(opts.Family) + " podCIDR to reserve one from"}
 	}
 	avoid := func(ip netip.Addr) bool { return rec != nil && rec.Endpoints[ip] != nil }
-	ip, err := opts.ReserveSourceVIP(network, subnet, avoid)
+	ip, err := opts.ReserveSourceVIP(store, subnet, avoid)
 	if err != nil {
 		return netip.Addr{}, "", errSourceVIP{fmt.Sprintf("none configured, no %s endpoint, and reserving one failed: %v", CalicoEndpointName, err)}
 	}
-	return ip, "reserved in the IPAM store", nil
+	return ip, "reserved in the IPAM store " + store, nil
 }

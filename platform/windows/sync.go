@@ -12,51 +12,54 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	"github.com/kproxy/kproxy/platform/windows/plan"
+	"github.com/kproxy/kproxy/platform/windows/reconcile"
 )
 
-// checkRecord lists the load balancers and the network's endpoints and
-// reports the first recorded object HNS no longer has ("" when none). It
-// compares IDs only.
-func (b *Backend) checkRecord() (string, error) {
-	lbs, err := b.hns.ListLoadBalancers()
-	if err != nil {
-		return "", fmt.Errorf("checking HNS load balancers: %w", err)
+// The sync protocol (Backend.sync), one family:
+//
+//	observe   list HNS (first sync, resync period, after a failure, when a
+//	          check finds something gone) or work from the record
+//	facts     options + Node + network + interfaces (+ found source VIP)
+//	plan      plan.Build(facts, view, last plan)                      pure
+//	adopt     reconcile.Adopt(listing, record, plan), after a listing pure
+//	hold      reconcile.Hold(plan, state, quarantined)                pure
+//	render    reconcile.Reconcile(held plan, state)                   pure
+//	apply     Applier.Apply(ops, record) → next record          HNS calls
+//	commit    record = next; conflicts: list once and go again (the
+//	          second time they are isolated); quarantine; warnings
+//
+// Nothing is recorded before the calls that made it true succeeded, and
+// warnings are published after apply.
+
+func sortedAddrs(m map[netip.Addr]*reconcile.ObservedEndpoint) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for ip := range m {
+		out = append(out, ip)
 	}
-	ids := make(map[string]bool, len(lbs))
-	for i := range lbs {
-		ids[strings.ToLower(lbs[i].ID)] = true
-	}
-	for _, slot := range sortedSlots(b.rec.LoadBalancers) {
-		if lb := b.rec.LoadBalancers[slot]; !ids[strings.ToLower(lb.ID)] {
-			return "load balancer " + slot + " (" + lb.ID + ")", nil
-		}
-	}
-	eps, err := b.hns.ListEndpoints(b.rec.NetworkID)
-	if IsNotFound(err) {
-		return "network " + b.rec.NetworkID, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("checking endpoints of HNS network %q: %w", b.network.Name, err)
-	}
-	clear(ids)
-	for i := range eps {
-		ids[strings.ToLower(eps[i].ID)] = true
-	}
-	for ip, ep := range b.rec.Endpoints {
-		if !ids[ep.ID] {
-			return "endpoint " + ip.String() + " (" + ep.ID + ")", nil
-		}
-	}
-	return "", nil
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
 }
 
-// start is when the sync began: the periods (check, resync) are counted
-// from it, as the runner counts its intervals from the start of a run.
-func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, start time.Time) error {
+// listing is one full reading of HNS, not yet adopted.
+type listing struct {
+	state *reconcile.State
+	// evidence are the fields the listing shows HNS returns (echo).
+	evidence hns.Fields
+}
+
+// sync runs one sync. start is when it began: the periods (check, resync)
+// are counted from it, as the runner counts its intervals from the start of
+// a run. check is set when the check period is due.
+func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bool, start time.Time) error {
+	var fresh *listing
 	if list {
-		if err := b.list(start); err != nil {
+		l, err := b.list(start)
+		if err != nil {
 			return err
 		}
+		fresh = l
 	}
 	if b.opts.Family == v1.IPv6Protocol && (b.network.IsOverlay() || !b.caps.IPv6) {
 		// Single-stack, as upstream: overlay networks carry one family, and
@@ -68,62 +71,83 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, sta
 		}
 		return nil
 	}
+	if !list && b.network.IsOverlay() && (check || b.fallbackPA) {
+		// A new node's route, or a node's new provider address, changes the
+		// provider address of the remote endpoints that depend on it: read
+		// the network at each check, and at every sync while some remote
+		// endpoint has none but this node's.
+		n, recreated, err := b.r.readRoutes(b.network)
+		if err != nil {
+			return err
+		}
+		b.network = n
+		if recreated {
+			if fresh, err = b.list(start); err != nil {
+				return err
+			}
+			list = true
+		}
+	}
 	if b.network.IsOverlay() && !b.opts.SourceVIP.IsValid() && !b.sourceVIP.IsValid() {
-		ip, from, err := findSourceVIP(&b.opts, b.network.Name, b.rec, snap.Node.PodCIDRs)
+		st := b.recordState(fresh)
+		ip, from, err := FindSourceVIP(&b.opts, b.r.ipamStore(b.network.Name), st, snap.Node.PodCIDRs)
 		if err != nil {
 			b.withoutSourceVIP(snap, err)
 			return nil
 		}
 		b.log.Info("Source VIP found", "family", b.opts.Family, "network", b.network.Name, "sourceVIP", ip, "from", from)
 		b.sourceVIP = ip
-		if b.noVIP != nil {
-			b.noVIP = nil
-			b.publishQuarantine()
+		if b.q.noVIP != nil {
+			b.q.noVIP = nil
+			b.q.publish()
 		}
 	}
-	var rejected []rejection
+	var refused []reconcile.Rejection
 	routesRead := false
 	for pass := 1; ; pass++ {
-		facts := b.facts(snap)
-		full := BuildPlanCached(facts, snap.Family(b.opts.Family), b.plans)
-		if full.Err != nil {
-			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, full.Err)
+		facts := b.facts(snap, fresh)
+		p := plan.Build(facts, snap.Family(b.opts.Family), b.plan)
+		if p.Err != nil {
+			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, p.Err)
 		}
-		if !routesRead && !list && b.needsRoutes(full, facts) {
+		if !routesRead && !list && b.needsRoutes(p, facts) {
 			// A remote address outside every known subnet: a new node's
 			// subnet may have been added since the listing.
-			n, err := b.hns.GetNetwork(b.network.Name)
+			routesRead = true
+			n, recreated, err := b.r.readRoutes(b.network)
 			if err != nil {
-				return fmt.Errorf("reading HNS network %q for new remote subnets: %w", b.network.Name, err)
+				return err
 			}
-			if !strings.EqualFold(n.ID, b.network.ID) {
-				if err := b.list(start); err != nil { // recreated
+			b.network = n
+			if recreated {
+				if fresh, err = b.list(start); err != nil {
 					return err
 				}
-			} else {
-				b.network.RemoteSubnets = n.RemoteSubnets
+				list = true
 			}
-			routesRead = true
 			pass-- // plan again; this pass made no change to HNS
 			continue
 		}
-		if b.unadopted {
-			// What HNS left out of the listing and kproxy has no record of
-			// (after a restart): unknown, so adopted as planned (echo.go).
-			b.adoptListed(full)
-			b.unadopted = false
+		base := b.rec
+		if fresh != nil {
+			ad := reconcile.Adopt(fresh.state, fresh.evidence, b.rec, p)
+			base = ad.Record
+			b.logLearned(ad.Learned, "listing")
 		}
-		b.report(full.Warnings)
 		now := b.clock.Now()
-		plan := holdQuarantined(full, b.rec, b.quar, now)
-		r := Reconcile(plan, b.rec, b.caps.ModifyLoadBalancer)
-		if !list && b.recheckMissing(r.MissingLocal) {
+		heldLB, heldEP := b.q.held(p, now)
+		held := reconcile.Hold(p, base.State, heldLB, heldEP)
+		modify := b.caps.ModifyLoadBalancer
+		r := reconcile.Reconcile(held, base.State, modify)
+		if fresh == nil && b.recheckMissing(r.MissingLocal) {
 			// A local endpoint the CNI may have created since the last listing.
-			if err := b.refreshEndpoints(); err != nil {
+			nb, err := b.r.refreshEndpoints(base, b.network.Name)
+			if err != nil {
 				return err
 			}
+			base = nb
 			b.lastRecheck = b.clock.Now()
-			r = Reconcile(plan, b.rec, b.caps.ModifyLoadBalancer)
+			r = reconcile.Reconcile(held, base.State, modify)
 		}
 		b.missingLocal = make(map[netip.Addr]bool, len(r.MissingLocal))
 		for _, ip := range r.MissingLocal {
@@ -133,129 +157,149 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list bool, sta
 			b.log.V(2).Info("Local endpoints not in HNS yet, left out of load balancers", "family", b.opts.Family, "addresses", r.MissingLocal)
 		}
 		if r.Empty() {
-			b.log.V(4).Info("HNS already matches", "family", b.opts.Family, "loadBalancers", len(plan.LoadBalancers))
-			b.updateQuarantine(full, rejected, now)
-			return nil
+			b.log.V(4).Info("HNS already matches", "family", b.opts.Family, "loadBalancers", len(held.LoadBalancers))
+		} else {
+			b.log.V(2).Info("Programming HNS", "family", b.opts.Family, "operations", len(r.Ops), "loadBalancers", len(held.LoadBalancers), "endpoints", len(held.Endpoints))
 		}
-		b.log.V(2).Info("Programming HNS", "family", b.opts.Family, "operations", len(r.Ops), "loadBalancers", len(plan.LoadBalancers), "endpoints", len(plan.Endpoints))
-		res := b.apply(ctx, r)
-		rejected = append(rejected, res.rejected...)
-		if res.stale && !res.transient && pass == 1 {
-			// HNS holds something the record does not: list again and adopt.
-			b.log.V(2).Info("HNS differs from the record; listing again", "family", b.opts.Family)
-			if err := b.list(start); err != nil {
-				return errors.Join(res.err, err)
+		ap := reconcile.Applier{HNS: b.hns, Log: b.log, Family: b.opts.Family, Modify: modify}
+		next, res := ap.Apply(ctx, r, base)
+		b.commit(next, p, facts)
+		if res.ModifyUnsupported {
+			b.caps.ModifyLoadBalancer = false
+		}
+		b.logLearned(res.Learned, "answer")
+		refused = append(refused, res.Rejected...)
+		if len(res.Conflicts) > 0 && !res.Transient && pass == 1 {
+			// HNS holds something the record does not (or lacks what it
+			// holds): list again, adopt, and try once more; what is refused
+			// again is isolated.
+			b.log.V(2).Info("HNS differs from the record; listing again", "family", b.opts.Family, "conflicts", len(res.Conflicts))
+			l, err := b.list(start)
+			if err != nil {
+				return errors.Join(res.Err, err)
 			}
+			fresh = l
 			continue
 		}
-		if res.err == nil || (!res.transient && !res.stale) {
-			// Every operation was tried: what HNS rejected is isolated.
-			b.updateQuarantine(full, rejected, now)
+		refused = append(refused, res.Conflicts...)
+		if !res.Transient {
+			// Every operation was tried: what HNS refused is isolated.
+			b.q.update(p, refused, now)
 		}
-		return res.err
+		b.report(p.Warnings)
+		return res.Err
 	}
 }
 
-// list reads the network, the endpoints and the load balancers, and replaces
-// the record. The HNS version is asked once. The listing counts as made at
-// start (when the sync began, not when the listing returned): the runner
-// counts its intervals from the start of a run, so a period stamped after
-// slow HNS calls would make the next check wait a whole extra interval.
-func (b *Backend) list(start time.Time) error {
+// commit makes next the record, after the calls that made it true.
+func (b *Backend) commit(next *reconcile.Record, p *plan.Plan, f *plan.Facts) {
+	b.rec = next
+	b.plan = p
+	b.fallbackPA = false
+	if f.Network.IsOverlay() {
+		for _, e := range p.Endpoints {
+			if e.Role == plan.RoleRemote && e.ProviderAddress == f.NodeIP && e.IP != f.NodeIP {
+				b.fallbackPA = true
+				break
+			}
+		}
+	}
+	b.echoes.save(b.rec.Echo)
+}
+
+func (b *Backend) logLearned(f hns.Fields, from string) {
+	if f != 0 {
+		b.log.Info("HNS returns fields changed; their echo is learned and compared against from now on",
+			"family", b.opts.Family, "fields", f.String(), "from", from, "build", b.rec.Echo.Build)
+	}
+}
+
+// recordState is the state to look in for the network's endpoints: the
+// fresh listing's, else the record's.
+func (b *Backend) recordState(fresh *listing) *reconcile.State {
+	if fresh != nil {
+		return fresh.state
+	}
+	if b.rec != nil {
+		return b.rec.State
+	}
+	return nil
+}
+
+// list reads the network, the endpoints and the load balancers; the caller
+// adopts the listing. The HNS version is asked once. The listing counts as
+// made at start (when the sync began, not when the listing returned): the
+// runner counts its intervals from the start of a run, so a period stamped
+// after slow HNS calls would make the next check wait a whole extra
+// interval.
+func (b *Backend) list(start time.Time) (*listing, error) {
 	if b.caps == nil {
 		v, err := b.hns.Version()
 		if err != nil {
-			return fmt.Errorf("asking HNS for its version: %w", err)
+			return nil, fmt.Errorf("asking HNS for its version: %w", err)
 		}
-		caps := CapabilitiesFor(v)
+		caps := hns.CapabilitiesFor(v)
 		b.caps = &caps
+		b.build = v.String()
+		if b.opts.WindowsBuild != "" {
+			b.build = b.opts.WindowsBuild + "/HNS " + v.String()
+		}
 		b.log.Info("HNS capabilities", "version", v.String(), "dsr", caps.DSR, "sessionAffinity", caps.SessionAffinity,
 			"ipv6", caps.IPv6, "modifyLoadBalancer", caps.ModifyLoadBalancer)
 		if b.opts.EnableDSR && !caps.DSR {
 			b.log.Info("DSR is enabled but this HNS does not support it; load balancers are programmed without DSR", "version", v.String())
 		}
 	}
-	o, err := b.read()
+	o, err := b.r.read()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n := o.network
 	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
 		b.log.Info("HNS network was recreated; reprogramming everything", "network", n.Name, "oldID", b.network.ID, "newID", n.ID)
-	}
-	if b.network != nil && !strings.EqualFold(b.network.ID, n.ID) {
 		b.sourceVIP = netip.Addr{} // found again on the new network
 	}
 	if (b.network == nil || b.network.Type != n.Type) && !n.IsOverlay() && b.opts.SourceVIP.IsValid() {
 		b.log.Info("Source VIP is only used on overlay networks; ignoring it", "network", n.Name, "type", n.Type, "sourceVIP", b.opts.SourceVIP)
 	}
-	b.echoed |= o.evidence
-	b.adoptSent(o.rec, true)
-	b.network, b.rec, b.ifaces = n, o.rec, o.ifaces
-	b.unadopted = true
+	if b.rec == nil || !strings.EqualFold(b.rec.State.NetworkID, n.ID) {
+		// The record of another network says nothing of this one.
+		rec := reconcile.NewRecord(reconcile.NewState(n.ID))
+		if b.rec != nil {
+			rec.Echo = b.rec.Echo
+		}
+		b.rec = rec
+	}
+	b.echoes.load(&b.rec.Echo, b.build)
+	b.network, b.ifaces = n, o.ifaces
 	b.lastList = start
 	b.lastRecheck, b.lastCheck = start, start
 	b.routeChecked = nil
 	b.log.V(2).Info("Listed HNS", "family", b.opts.Family, "network", n.Name, "networkID", n.ID, "type", n.Type,
-		"endpoints", len(b.rec.Endpoints), "loadBalancers", len(b.rec.LoadBalancers), "orphans", len(b.rec.Orphans))
-	return nil
+		"endpoints", len(o.state.Endpoints), "loadBalancers", len(o.state.LoadBalancers), "orphans", len(o.state.Orphans))
+	return &listing{state: o.state, evidence: o.evidence}, nil
 }
 
 // observed is one full reading of HNS (and of the host's interfaces).
 type observed struct {
-	network *Network
-	rec     *State
+	network *hns.Network
+	state   *reconcile.State
 	ifaces  []HostInterface
-	// evidence are the fields the listing shows HNS returns (echo.go).
-	evidence EchoDrops
-}
-
-// read lists the network, its endpoints and the load balancers, without
-// changing the backend.
-func (b *Backend) read() (*observed, error) {
-	if b.netName == "" {
-		name, err := b.findNetwork()
-		if err != nil {
-			return nil, err
-		}
-		b.log.Info("HNS network found", "network", name, "why", "no network name configured and it is the only L2Bridge or Overlay network")
-		b.netName = name
-	}
-	n, err := b.hns.GetNetwork(b.netName)
-	if err != nil {
-		if IsNotFound(err) {
-			return nil, fmt.Errorf("waiting for HNS network %q (created by the CNI): %w", b.netName, err)
-		}
-		return nil, fmt.Errorf("getting HNS network %q: %w", b.netName, err)
-	}
-	eps, err := b.hns.ListEndpoints(n.ID)
-	if err != nil {
-		return nil, fmt.Errorf("listing endpoints of HNS network %q: %w", n.Name, err)
-	}
-	lbs, err := b.hns.ListLoadBalancers()
-	if err != nil {
-		return nil, fmt.Errorf("listing HNS load balancers: %w", err)
-	}
-	o := &observed{network: n, rec: Observe(b.opts.Family, n.ID, eps, lbs), evidence: echoEvidence(eps, lbs)}
-	if ifaces, err := b.opts.Interfaces(); err == nil {
-		o.ifaces = ifaces
-	} else {
-		b.log.V(2).Info("Cannot list host interfaces; node IP and MAC from the Node object only", "err", err)
-	}
-	return o, nil
+	// evidence are the fields the listing shows HNS returns (echo).
+	evidence hns.Fields
 }
 
 // needsRoutes reports whether the plan has a remote endpoint that is not in
 // HNS yet and whose address no remote subnet holds (it would get this
 // node's provider address), and that was not looked up since the last
 // listing; it marks those addresses looked up.
-func (b *Backend) needsRoutes(plan *Plan, f *Facts) bool {
+func (b *Backend) needsRoutes(p *plan.Plan, f *plan.Facts) bool {
 	if !f.Network.IsOverlay() {
 		return false
 	}
 	found := false
-	for _, e := range plan.Endpoints {
-		if e.Role != RoleRemote || e.ProviderAddress != f.NodeIP || b.rec.Endpoints[e.IP] != nil || b.routeChecked[e.IP] {
+	for _, e := range p.Endpoints {
+		if e.Role != plan.RoleRemote || e.ProviderAddress != f.NodeIP || b.rec.State.Endpoints[e.IP] != nil || b.routeChecked[e.IP] {
 			continue
 		}
 		if b.routeChecked == nil {
@@ -271,21 +315,27 @@ func (b *Backend) needsRoutes(plan *Plan, f *Facts) bool {
 // the host has no single L2Bridge or Overlay network to use.
 var ErrNoNetwork = errors.New("no HNS network to use")
 
-// findNetwork returns the name of the host's only L2Bridge or Overlay network.
-func (b *Backend) findNetwork() (string, error) {
-	ns, err := b.hns.ListNetworks()
+// FindNetwork returns the name of the HNS network kproxy uses when none is
+// configured (the one the CNI configuration cfg names when HNS has it,
+// else the host's only L2Bridge or Overlay network), and why.
+func FindNetwork(h hns.HNS, cfg *CNIConfig) (string, string, error) {
+	ns, err := h.ListNetworks()
 	if err != nil {
-		return "", fmt.Errorf("listing HNS networks to find the one to use: %w", err)
+		return "", "", fmt.Errorf("listing HNS networks to find the one to use: %w", err)
 	}
-	return pickNetwork(ns)
+	return pickNetwork(ns, cfg)
 }
 
-// pickNetwork returns the name of the only L2Bridge or Overlay network.
-func pickNetwork(ns []Network) (string, error) {
+// pickNetwork returns the network the CNI configuration names when HNS has
+// it, else the only L2Bridge or Overlay network.
+func pickNetwork(ns []hns.Network, cfg *CNIConfig) (string, string, error) {
 	var usable, all []string
 	for _, n := range ns {
+		if cfg != nil && strings.EqualFold(n.Name, cfg.Name) {
+			return n.Name, "named by the CNI configuration " + cfg.File, nil
+		}
 		all = append(all, fmt.Sprintf("%q (%s)", n.Name, n.Type))
-		if n.IsOverlay() || strings.EqualFold(n.Type, NetworkTypeL2Bridge) {
+		if n.IsOverlay() || strings.EqualFold(n.Type, hns.NetworkTypeL2Bridge) {
 			usable = append(usable, n.Name)
 		}
 	}
@@ -295,33 +345,19 @@ func pickNetwork(ns []Network) (string, error) {
 	if len(all) > 0 {
 		found = strings.Join(all, ", ")
 	}
+	cni := ""
+	if cfg != nil {
+		cni = fmt.Sprintf(", the CNI configuration %s names %q", cfg.File, cfg.Name)
+	}
 	switch len(usable) {
 	case 1:
-		return usable[0], nil
+		return usable[0], "no network name configured and it is the only L2Bridge or Overlay network", nil
 	case 0:
-		return "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s) and no L2Bridge or Overlay network on the host yet (networks: %s)",
-			ErrNoNetwork, EnvNetworkName, found)
+		return "", "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s)%s and no L2Bridge or Overlay network on the host yet (networks: %s)",
+			ErrNoNetwork, EnvNetworkName, cni, found)
 	}
-	return "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s) and %d L2Bridge or Overlay networks on the host: set one of %s (networks: %s)",
-		ErrNoNetwork, EnvNetworkName, len(usable), strings.Join(usable, ", "), found)
-}
-
-// refreshEndpoints lists the network's endpoints and adds those the record
-// lacks (local endpoints created by the CNI since the last listing).
-func (b *Backend) refreshEndpoints() error {
-	eps, err := b.hns.ListEndpoints(b.rec.NetworkID)
-	if err != nil {
-		return fmt.Errorf("listing endpoints of HNS network %q: %w", b.network.Name, err)
-	}
-	fresh := Observe(b.opts.Family, b.rec.NetworkID, eps, nil)
-	b.echoed |= echoEvidence(eps, nil)
-	b.adoptSent(fresh, false)
-	for ip, ep := range fresh.Endpoints {
-		if old := b.rec.Endpoints[ip]; old == nil || (old.Remote && !ep.Remote) {
-			b.rec.setEndpoint(ep)
-		}
-	}
-	return nil
+	return "", "", fmt.Errorf("%w: no network name configured (--network-name, winkernel.networkName or %s)%s and %d L2Bridge or Overlay networks on the host: set one of %s (networks: %s)",
+		ErrNoNetwork, EnvNetworkName, cni, len(usable), strings.Join(usable, ", "), found)
 }
 
 // missingRecheck is how often, at most, a sync lists the endpoints again
@@ -352,32 +388,37 @@ func (b *Backend) recheckMissing(ips []netip.Addr) bool {
 // backend looks again at every check period and every change.
 func (b *Backend) withoutSourceVIP(snap *proxy.Snapshot, err error) {
 	now := b.clock.Now()
-	if b.noVIP == nil {
+	if b.q.noVIP == nil {
 		b.log.Error(err, "No source VIP on the overlay network: no Service is programmed until one is found",
 			"family", b.opts.Family, "network", b.network.Name)
 	}
 	var ports []proxy.QuarantinedPort
-	var ws []Warning
-	seen := make(map[warnKey]bool)
+	var ws []plan.Warning
+	seen := make(map[proxy.ServicePortName]bool)
+	warned := make(map[string]bool)
 	if view := snap.Family(b.opts.Family); view != nil {
 		for _, sp := range view.Sorted() {
 			since := now
-			for _, old := range b.noVIP {
+			for _, old := range b.q.noVIP {
 				if old.Name == sp.Name {
 					since = old.Since
 				}
 			}
+			if seen[sp.Name] {
+				continue
+			}
+			seen[sp.Name] = true
 			ports = append(ports, proxy.QuarantinedPort{Name: sp.Name, Family: b.opts.Family, Reason: err.Error(), Since: since, Retry: now.Add(b.opts.CheckPeriod)})
-			if k := (warnKey{sp.Name.NamespacedName, ReasonNoSourceVIP}); !seen[k] {
-				seen[k] = true
-				ws = append(ws, Warning{Service: k.svc, Reason: ReasonNoSourceVIP, Message: err.Error()})
+			if k := sp.Name.NamespacedName.String(); !warned[k] {
+				warned[k] = true
+				ws = append(ws, plan.Warning{Service: sp.Name.NamespacedName, Reason: plan.ReasonNoSourceVIP, Message: err.Error()})
 			}
 		}
 	}
 	if ports == nil {
 		ports = []proxy.QuarantinedPort{}
 	}
-	b.noVIP = ports
+	b.q.noVIP = ports
 	b.report(ws)
-	b.publishQuarantine()
+	b.q.publish()
 }

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/windows/hns"
+	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
 )
 
 // l2bridgeNet is the harness's L2Bridge network (named as newBackend expects).
-var l2bridgeNet = Network{Name: "net", Type: NetworkTypeL2Bridge}
+var l2bridgeNet = hns.Network{Name: "net", Type: hns.NetworkTypeL2Bridge}
 
 // syncWithin runs one sync and fails the test if it does not return in
 // limit (a wedged backend); it returns the sync's error.
@@ -31,20 +33,20 @@ func (h *harness) syncWithin(limit time.Duration, s *proxy.Snapshot, ch proxy.Ch
 // the backend; while it hangs no further call is made; once HNS answers, the
 // next sync lists again and programs everything.
 func TestBackendHungHNSCallTimesOut(t *testing.T) {
-	h := newHarness(t, l2bridgeNet, hnsModern, func(o *Options) { o.CallTimeout = 20 * time.Millisecond })
-	release := h.f.Hang(OpListLoadBalancers)
+	h := newHarness(t, l2bridgeNet, wt.HNSModern, func(o *Options) { o.CallTimeout = 20 * time.Millisecond })
+	release := h.f.Hang(hns.OpListLoadBalancers)
 	defer release()
 
 	err := h.syncWithin(10*time.Second, webAndDNS(), proxy.Changes{Full: true})
-	var he *Error
-	if !errors.As(err, &he) || he.Code != CodeTimeout || !IsTransient(err) || he.Op != OpListLoadBalancers {
-		t.Fatalf("sync with a hung ListLoadBalancers: got %v, want a transient timeout of %s", err, OpListLoadBalancers)
+	var he *hns.Error
+	if !errors.As(err, &he) || he.Code != hns.CodeTimeout || !hns.IsTransient(err) || he.Op != hns.OpListLoadBalancers {
+		t.Fatalf("sync with a hung ListLoadBalancers: got %v, want a transient timeout of %s", err, hns.OpListLoadBalancers)
 	}
 
 	// Still hung: the next sync fails at once, without calling HNS again.
 	h.f.ResetCalls()
 	err = h.syncWithin(10*time.Second, webAndDNS(), proxy.Changes{Full: true})
-	if !IsTransient(err) {
+	if !hns.IsTransient(err) {
 		t.Fatalf("second sync while HNS hangs: got %v, want a transient error", err)
 	}
 	if n := h.f.TotalCalls(); n != 0 {
@@ -63,5 +65,5 @@ func TestBackendHungHNSCallTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sync after HNS answered again: %v", err)
 	}
-	mustEqual(t, "after HNS answered", h.f.Dump(), webAndDNSDump)
+	wt.MustEqual(t, "after HNS answered", h.f.Dump(), webAndDNSDump)
 }

@@ -11,7 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/ruleset"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 	"github.com/kproxy/kproxy/test/netns/echo"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -106,7 +106,7 @@ func TestSourceHash(t *testing.T) {
 		table := proxy.SourceHashTable(eps)
 		out := map[netip.Addr]string{}
 		for _, c := range clients {
-			out[c] = byIP[eps[table[ruleset.ClusterSlot(c, 0x6b707278, proxy.SourceHashSlots)]].IP]
+			out[c] = byIP[eps[table[trace.ClusterSlot(c, 0x6b707278, proxy.SourceHashSlots)]].IP]
 		}
 		return out
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -32,15 +31,8 @@ COMMIT
 // exactly as before; with --take-over-kube-proxy=false (the rollback
 // DaemonSet) kube-proxy's state stays.
 func TestCleanupUpstreamState(t *testing.T) {
-	_, nftErr := exec.LookPath("nft")
-	_, ipsetErr := exec.LookPath("ipset")
-	withNft, withIPSet := nftErr == nil, ipsetErr == nil
-	if !withNft {
-		t.Log("nft is not installed: the nftables part is not tested")
-	}
-	if !withIPSet {
-		t.Log("ipset is not installed: the ipset part is not tested (kproxy --cleanup says it skipped them)")
-	}
+	withNft := optionalTool(t, "nft", "the nftables part is not tested")
+	withIPSet := optionalTool(t, "ipset", "the ipset part is not tested (kproxy --cleanup says it skipped them)")
 	top := proxytest.Default()
 	wrong, _ := top.Host(proxytest.PodB3)
 	before := map[string]string{}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -205,8 +204,7 @@ func TestTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong, _ := top.Host(proxytest.PodB3)
-	_, hasNft := exec.LookPath("nft")
-	withNft := hasNft == nil
+	withNft := optionalTool(t, "nft", "only the iptables take-over is checked")
 	e := newEnv(t, envOptions{
 		config:  proxytest.DefaultConfig(),
 		objects: []any{svc, slices[0], slices[1]},
@@ -240,8 +238,6 @@ func TestTakeOver(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-	} else {
-		t.Log("nft not installed: only the iptables take-over is checked")
 	}
 	e.start()
 

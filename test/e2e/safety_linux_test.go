@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
-	"github.com/kproxy/kproxy/platform/linux/rules"
+	"github.com/kproxy/kproxy/platform/linux/iptables"
 	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/netns/echo"
 	"github.com/kproxy/kproxy/test/proxytest"
@@ -225,7 +225,7 @@ func TestForeignReferenceToKproxyChain(t *testing.T) {
 	objs = append(append(objs, web), slicesOf(web, proxytest.PodA1)...)
 	e := newEnv(t, envOptions{config: proxytest.DefaultConfig(), objects: objs})
 	ctx := e.ctx(2 * time.Minute)
-	svcChain, _, _, _ := rules.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(gone), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
+	svcChain, _, _, _ := iptables.ServiceChains(proxy.ServicePortName{NamespacedName: nsName(gone), Port: proxytest.PortTCP, Protocol: v1.ProtocolTCP})
 	for _, fam := range families() {
 		e.restore(fam, "*nat\n:FOREIGN - [0:0]\n-A FOREIGN -j "+svcChain+"\nCOMMIT\n")
 	}

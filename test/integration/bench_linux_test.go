@@ -135,7 +135,7 @@ func BenchmarkCluster(b *testing.B) {
 				if bins.KubeProxy == "" {
 					b.Fatal("upstream kube-proxy is not built: run make controlplane")
 				}
-				if err := grantServiceCIDRs(ctx, ie); err != nil {
+				if err := ie.GrantServiceCIDRs(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}

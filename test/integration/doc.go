@@ -30,5 +30,7 @@
 // built from Go modules by the same builder, in node1 with the same
 // arguments as kproxy: a live swap in both directions under client load
 // (TestDropInSwap) and the behaviour table's rows against both proxies
-// (TestDifferential).
+// (TestDifferential; a row kube-proxy answers differently must match a
+// documented difference of test/differential, whose randomized
+// differential runs on this package's environment too).
 package integration

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,7 @@ import (
 	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/netns"
+	"github.com/kproxy/kproxy/test/proxytest"
 )
 
 // ControlPlaneHost is the name of the control plane's namespace on the node
@@ -427,4 +429,110 @@ func ProcMemory(pid int) (Memory, error) {
 		return Memory{}, fmt.Errorf("reading memory of pid %d: %w", pid, err)
 	}
 	return parseProcStatus(string(data))
+}
+
+// AcceptPodForwarding adds to a node, in one iptables flavour and both
+// families, what a CNI plugin adds (flannel does exactly this): forward
+// pod traffic despite SeedFlavour's FORWARD policy DROP. Upstream
+// kube-proxy relies on it for pod → ClusterIP connections; kproxy accepts
+// them itself.
+func AcceptPodForwarding(ctx context.Context, c *netns.Cluster, host, flavour string) error {
+	top := c.Topology
+	for _, fam := range []struct {
+		bin  string
+		cidr string
+	}{{"iptables-" + flavour, top.ClusterCIDR4.String()}, {"ip6tables-" + flavour, top.ClusterCIDR6.String()}} {
+		for _, dir := range []string{"-s", "-d"} {
+			if _, err := c.Exec(ctx, host, fam.bin, "-w", "-A", "FORWARD", dir, fam.cidr, "-j", "ACCEPT"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// GrantServiceCIDRs lets the kproxy identity read ServiceCIDRs, which
+// kube-proxy v1.37 watches (kubeadm's system:node-proxier grants it;
+// kproxy does not need it, so deploy/'s ClusterRole does not): upstream
+// kube-proxy then runs with kproxy's kubeconfig.
+func (e *Env) GrantServiceCIDRs(ctx context.Context) error {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-kube-proxy-servicecidrs"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"},
+			Verbs: []string{"get", "list", "watch"}}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: controlplane.KproxyUser}},
+	}
+	if _, err := e.Admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	if _, err := e.Admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
+	}
+	return nil
+}
+
+// WaitProgrammed waits, after p.Start, until the proxy p (kproxy or
+// upstream kube-proxy, in the proxy node) has programmed its node: its
+// /healthz is 200, both families have synced
+// (kubeproxy_sync_proxy_rules_last_timestamp_seconds is set: as
+// upstream, /healthz is 200 before the first sync) and every sentinel
+// address answers from the node. what names the proxy in errors, which
+// carry the end of its output when it exited.
+func (e *Env) WaitProgrammed(ctx context.Context, p *e2e.Proxy, what string, sentinel ...netip.AddrPort) error {
+	node := e.Cluster.Topology.ProxyNode
+	exited := func() error {
+		return fmt.Errorf("%s exited: %v\n%s", what, p.Process().Err(), e2e.LastLines(p.Process().Output(), 40))
+	}
+	for {
+		code, body, err := e.Health(ctx, node, "/healthz")
+		if err == nil && code == 200 {
+			break
+		}
+		select {
+		case <-p.Process().Done():
+			return exited()
+		case <-ctx.Done():
+			return fmt.Errorf("%s: /healthz never 200 (last %d %s %v)\n%s", what, code, body, err, e2e.LastLines(p.Process().Output(), 40))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for {
+		m, err := e.Scrape(ctx, node)
+		if err == nil {
+			v4, ok4 := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv4")
+			v6, ok6 := m.Get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "ip_family", "IPv6")
+			if ok4 && ok6 && v4 > 0 && v6 > 0 {
+				break
+			}
+		}
+		select {
+		case <-p.Process().Done():
+			return exited()
+		case <-ctx.Done():
+			return fmt.Errorf("%s: never synced both families (%v)", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := e2e.WaitReady(ctx, e.Cluster, node, sentinel...); err != nil {
+		return fmt.Errorf("%s never programmed the sentinel: %w", what, err)
+	}
+	return nil
+}
+
+// Sentinel creates the readiness Service "kpt-ready" (e2e.Sentinel:
+// ClusterIP, one endpoint on the proxy node) through the API and returns
+// the stored Service.
+func (e *Env) Sentinel(ctx context.Context) (*v1.Service, error) {
+	svc, err := e.Writer.CreateService(ctx, e.Cluster.Topology.Service("kpt-ready", e2e.SentinelIndex))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.Writer.SetEndpoints(ctx, svc, proxytest.Ready(proxytest.PodA2)...); err != nil {
+		return nil, err
+	}
+	return svc, nil
 }

@@ -1,8 +1,9 @@
 // Package layout checks the import rules of the repository's layout
 // (docs/architecture.md, "Package map"): product code (cmd/, pkg/,
 // platform/) never imports the test harnesses and dev tools under test/ and
-// hack/, pkg/ never imports platform/, and the platform renderers never
-// import a model or tracer package. Tests may import anything.
+// hack/, pkg/ never imports platform/, and the Linux renderers never import
+// a model or tracer package (iptables/model, nftables/model, trace). Tests
+// may import anything.
 package layout
 
 import (
@@ -47,6 +48,15 @@ func listProduct(t *testing.T, goos string) []pkg {
 	return pkgs
 }
 
+// renderer reports whether path is a platform renderer package.
+func renderer(path string) bool {
+	switch strings.TrimPrefix(path, module+"/") {
+	case "platform/linux/iptables", "platform/linux/nftables", "platform/linux/facts", "platform/linux/conntrack", "pkg/intent":
+		return true
+	}
+	return false
+}
+
 // forbidden says why importer may not import imp ("" when it may).
 func forbidden(importer, imp string) string {
 	under := func(path, dir string) bool {
@@ -57,6 +67,8 @@ func forbidden(importer, imp string) string {
 		return "product code imports a test harness or dev tool"
 	case under(importer, "pkg") && under(imp, "platform"):
 		return "pkg/ imports platform/ (only cmd/ chooses a platform)"
+	case renderer(importer) && (strings.HasSuffix(imp, "/model") || under(imp, "platform/linux/trace")):
+		return "a renderer imports a model or tracer package (models are for tests, explain and dry runs)"
 	}
 	return ""
 }
@@ -79,6 +91,9 @@ func TestForbiddenCatches(t *testing.T) {
 		{module + "/pkg/app", module + "/test/netns"},
 		{module + "/platform/linux", module + "/hack/image"},
 		{module + "/pkg/app", module + "/platform/linux"},
+		{module + "/platform/linux/iptables", module + "/platform/linux/iptables/model"},
+		{module + "/platform/linux/nftables", module + "/platform/linux/nftables/model"},
+		{module + "/platform/linux/nftables", module + "/platform/linux/trace"},
 	} {
 		if forbidden(c[0], c[1]) == "" {
 			t.Errorf("%s importing %s is not caught", c[0], c[1])

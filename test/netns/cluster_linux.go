@@ -186,10 +186,14 @@ func (c *Cluster) build(ctx context.Context, opts Options) error {
 				"net.ipv6.conf.all.forwarding":     "1",
 				"net.ipv6.conf.default.forwarding": "1",
 				// Tests send bursts of probes that a node rejects; the
-				// kernel's per-peer ICMP error rate limit would turn some
-				// of those rejections into silence.
-				"net.ipv4.icmp_ratelimit": "0",
-				"net.ipv6.icmp.ratelimit": "0",
+				// kernel's per-peer ICMP error rate limit, and its
+				// per-namespace one (1,000 a second in bursts of 50, for
+				// ICMP and ICMPv6 alike), would turn some of those
+				// rejections into silence.
+				"net.ipv4.icmp_ratelimit":    "0",
+				"net.ipv6.icmp.ratelimit":    "0",
+				"net.ipv4.icmp_msgs_per_sec": "1000000",
+				"net.ipv4.icmp_msgs_burst":   "1000000",
 			}); err != nil {
 				return err
 			}

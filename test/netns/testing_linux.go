@@ -120,7 +120,9 @@ func MainWithBinaries(m *testing.M, pkg string, race bool, set func(Binaries)) i
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// Bounded, but not tightly: on a loaded 2-core machine a cold -race
+	// build of kproxy took more than 5 minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var b Binaries
 	if b.Echo, err = BuildEcho(ctx, dir); err != nil {

@@ -127,6 +127,14 @@ func WithExternalIPs() ServiceOption {
 	}
 }
 
+// WithExternalIPsOf gives the Service the externalIPs of the Service with
+// index owner: two Services then claim one frontend.
+func WithExternalIPsOf(owner int) ServiceOption {
+	return func(t *Topology, svc *v1.Service, _ int) {
+		WithExternalIPs()(t, svc, owner)
+	}
+}
+
 // WithSourceRanges sets loadBalancerSourceRanges.
 func WithSourceRanges(cidrs ...string) ServiceOption {
 	return func(_ *Topology, svc *v1.Service, _ int) { svc.Spec.LoadBalancerSourceRanges = cidrs }

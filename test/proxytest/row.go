@@ -124,6 +124,26 @@ type Case struct {
 	Config   Config
 	Services []*v1.Service
 	Slices   []*discovery.EndpointSlice
+	// Contenders name the case's Services that claim a frontend another
+	// of its Services owns: a proxy reports them (FrontendConflict) and
+	// programs that frontend for the owner only.
+	Contenders []string
+}
+
+// Contender reports whether the Service namespace/name is a contender of
+// one of tb's cases (see Case.Contenders).
+func (tb *Table) Contender(namespace, name string) bool {
+	if namespace != Namespace {
+		return false
+	}
+	for _, c := range tb.Cases {
+		for _, n := range c.Contenders {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Service returns the case's Service by name.

@@ -178,6 +178,29 @@ func (b *tableBuilder) addCase(index int, name string, cfg Config, semantic stri
 	}
 }
 
+// alsoService adds a Service and its EndpointSlices to the last case, for
+// cases about Services that interact. Its index must be unique too; the
+// case's probes still target the case's own Service. A contender claims a
+// frontend of the case's Service (see Case.Contenders).
+func (b *tableBuilder) alsoService(name string, index int, contender bool, opts []ServiceOption, eps []EP) {
+	if b.err != nil {
+		return
+	}
+	t := b.tb.Topology
+	svc := t.Service(name, index, opts...)
+	slices, err := t.Slices(svc, eps...)
+	if err != nil {
+		b.err = err
+		return
+	}
+	c := b.tb.Cases[len(b.tb.Cases)-1]
+	c.Services = append(c.Services, svc)
+	c.Slices = append(c.Slices, slices...)
+	if contender {
+		c.Contenders = append(c.Contenders, name)
+	}
+}
+
 func on(from string, target Target, e Expect, opts ...probeOption) probe {
 	p := probe{from: from, target: target, expect: e}
 	for _, o := range opts {
@@ -374,6 +397,21 @@ func (b *tableBuilder) build() {
 		on(Client1, TargetClusterIP, answer(SourceClient, local), attempts(8)),
 		on(Outside, TargetNodePort, answer(SourceClient, local), attempts(8)),
 	)
+	// Two Services list the same externalIP and port: one frontend, two
+	// claims. The intent gives it to the first Service by name (ClusterIP
+	// frontends are never shared: the API server allocates them), reports
+	// the other (Warning FrontendConflict), and the other keeps its
+	// ClusterIP. Upstream kube-proxy leaves the winner to the order of its
+	// rules (see the differential's documented differences).
+	b.addCase(28, "shared-externalip", def,
+		"two Services claim one externalIP and port: the first by name owns it (its endpoints answer), "+
+			"the other is reported and keeps its ClusterIP.",
+		opts(WithExternalIPs()), Ready(local),
+		on(Outside, TargetExternalIP, answer(SourceNode, local)),
+		on(Client1, TargetExternalIP, answer(SourceNode, local)),
+		on(Node1, TargetExternalIP, answer(SourceAny, local)),
+	)
+	b.alsoService("shared-externalip-z", 29, true, opts(WithExternalIPsOf(28)), Ready(remote))
 	b.addCase(24, "lb-ipmode-proxy", def,
 		"LoadBalancer ingress IPs with ipMode Proxy are not captured by the node (the load balancer "+
 			"proxies to the node's own address); their NodePort still works.",

@@ -1,0 +1,63 @@
+package nftables_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/kproxy/kproxy/platform/linux/nftables/nfttest"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kproxy/kproxy/pkg/intent"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
+)
+
+// benchPorts builds n ClusterIP Services (one TCP port) with eps endpoints
+// each, the shape of the cluster benchmark.
+func benchPorts(b testing.TB, n, eps int) ([]*proxy.ServicePort, map[proxy.ServicePortName]*intent.Port) {
+	ports := map[proxy.ServicePortName]*intent.Port{}
+	var sps []*proxy.ServicePort
+	for i := 0; i < n; i++ {
+		name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}, Port: "http", Protocol: v1.ProtocolTCP}
+		sp := &proxy.ServicePort{Name: name, Family: v1.IPv4Protocol, ClusterIP: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: v1.ProtocolTCP, HasAnyEndpoints: true}
+		for j := 0; j < eps; j++ {
+			k := i*eps + j
+			sp.ClusterEndpoints = append(sp.ClusterEndpoints, proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, byte(128 + k>>16), byte(k >> 8), byte(k)}), Port: 8080, Ready: true, Serving: true})
+		}
+		ports[name] = nfttest.Build(b, sp)
+		sps = append(sps, sp)
+	}
+	return sps, ports
+}
+
+// BenchmarkRenderFull10k: a full render of 10,000 Services × 10
+// endpoints and its nft -f text.
+func BenchmarkRenderFull10k(b *testing.B) {
+	rd := nfttest.Renderer(b, nfttest.Config())
+	_, ports := benchPorts(b, 10000, 10)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		plan, _ := rd.Render(nftables.Input{Full: true, Ports: ports, Node: nfttest.Node}, nil)
+		_ = plan.Tx.String()
+	}
+}
+
+// BenchmarkRenderChange10k: one endpoint of one of 10,000 Services
+// replaced, rendered against the record of the full render.
+func BenchmarkRenderChange10k(b *testing.B) {
+	rd := nfttest.Renderer(b, nfttest.Config())
+	sps, ports := benchPorts(b, 10000, 10)
+	_, a := rd.Render(nftables.Input{Full: true, Ports: ports, Node: nfttest.Node}, nil)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sp := *sps[5000]
+		sp.ClusterEndpoints = append([]proxy.Endpoint(nil), sp.ClusterEndpoints...)
+		sp.ClusterEndpoints[0].Port = int32(9000 + i%100)
+		p := nfttest.Build(b, &sp)
+		plan, _ := rd.Render(nftables.Input{Ports: map[proxy.ServicePortName]*intent.Port{sp.Name: p}, Node: nfttest.Node}, a)
+		_ = plan.Tx.String()
+	}
+}

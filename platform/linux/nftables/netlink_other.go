@@ -1,0 +1,16 @@
+//go:build !linux
+
+package nftables
+
+import "errors"
+
+// nlConn exists on Linux only.
+type nlConn struct{ seq uint32 }
+
+var errNetlinkIO = errors.New("netlink socket")
+
+func openNetlink() (*nlConn, error) { return nil, errors.New("netlink: Linux only") }
+
+func (c *nlConn) close() {}
+
+func (c *nlConn) run(*nlBatch) error { return errNetlinkIO }

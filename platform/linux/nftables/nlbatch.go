@@ -1,0 +1,508 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"sigs.k8s.io/knftables"
+)
+
+// The hot path over netlink. A transaction of element operations only (an
+// endpoint change, a Service added or removed, the canaries) is encoded
+// here as the nfnetlink batch nft itself would send, and System sends it on
+// a socket it keeps open. nft -f closes its socket when it exits, and the
+// kernel makes that close wait for the release of what the transaction
+// deleted (an RCU grace period, about 20 ms here), whatever the table's
+// size; a socket that stays open does not wait. Anything this file cannot
+// encode (a set it does not know, a value it cannot read) goes through
+// nft -f as before.
+
+// Netlink constants (linux/netlink.h, linux/netfilter/nfnetlink.h,
+// linux/netfilter/nf_tables.h), written out so that the encoding builds
+// and is tested on any OS.
+const (
+	nlmsgError         = 2
+	nlmFRequest        = 0x1
+	nlmFAck            = 0x4
+	nlmFCreate         = 0x400
+	nlaFNested         = 0x8000
+	nfnlSubsysNFTables = 10
+	nfnlMsgBatchBegin  = 0x10
+	nfnlMsgBatchEnd    = 0x11
+	nftMsgNewSetElem   = 12
+	nftMsgDelSetElem   = 14
+	nfprotoIPv4        = 2
+	nfprotoIPv6        = 10
+
+	nftaSetElemListTable    = 1
+	nftaSetElemListSet      = 2
+	nftaSetElemListElements = 3
+	nftaListElem            = 1
+	nftaSetElemKey          = 1
+	nftaSetElemData         = 2
+	nftaDataValue           = 1
+	nftaDataVerdict         = 2
+	nftaVerdictCode         = 1
+	nftaVerdictChain        = 2
+
+	nlmsgHdrLen = 16
+)
+
+// Verdict codes (linux/netfilter.h and nf_tables.h).
+var verdictCodes = map[string]int32{"drop": 0, "accept": 1, "continue": -1, "return": -5}
+
+// field is how one part of a key or value is encoded: each part of a
+// concatenation takes a multiple of 4 bytes (nftables registers).
+type field int
+
+const (
+	fieldAddr    field = iota // ipv4_addr or ipv6_addr, network order
+	fieldProto                // inet_proto: 1 byte
+	fieldService              // inet_service: 2 bytes, network order
+	fieldSlot                 // numgen's integer: 32 bits, host order
+)
+
+// schema is the layout of one of kproxy's fixed sets or maps; verdict maps
+// have no value fields.
+type schema struct {
+	key, value []field
+	verdict    bool
+}
+
+// schemaOf returns the layout of the set or map named set (false: not one
+// this file encodes; the interval set of pod CIDRs and a port's own sets
+// are written by nft).
+func schemaOf(set string) (schema, bool) {
+	switch set {
+	case MapFrontends:
+		return schemaFrontends, true
+	case MapNodePorts:
+		return schemaNodePortsMap, true
+	case SetHairpin:
+		return schemaHairpin, true
+	case SetNodePorts:
+		return schemaNodePortsSet, true
+	}
+	// The endpoint maps: <cluster|local>-<ip|np>-<tcp|udp|sctp>.
+	set, ok := strings.CutPrefix(set, "cluster-")
+	if !ok {
+		if set, ok = strings.CutPrefix(set, "local-"); !ok {
+			return schema{}, false
+		}
+	}
+	kind, proto, _ := strings.Cut(set, "-")
+	switch proto {
+	case "tcp", "udp", "sctp":
+	default:
+		return schema{}, false
+	}
+	switch kind {
+	case "ip":
+		return schemaEndpointsIP, true
+	case "np":
+		return schemaEndpointsNP, true
+	}
+	return schema{}, false
+}
+
+// The layouts schemaOf returns (shared: it runs once per run of a set's
+// elements).
+var (
+	schemaFrontends    = schema{key: []field{fieldAddr, fieldProto, fieldService}, verdict: true}
+	schemaNodePortsMap = schema{key: []field{fieldProto, fieldService}, verdict: true}
+	schemaHairpin      = schema{key: []field{fieldAddr, fieldAddr}}
+	schemaNodePortsSet = schema{key: []field{fieldAddr}}
+	schemaEndpointsIP  = schema{key: []field{fieldAddr, fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
+	schemaEndpointsNP  = schema{key: []field{fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
+)
+
+// errNotEncodable says a transaction has an operation this file does not
+// encode (it goes through nft -f).
+var errNotEncodable = errors.New("not encodable as a netlink batch")
+
+// encodeConcat appends text ("10.0.0.1 . tcp . 80") encoded as fields to
+// b. It allocates nothing: a full sync encodes some 200,000 of them.
+func encodeConcat(b []byte, text string, fields []field, v6 bool) ([]byte, error) {
+	rest, more := text, true
+	for i, f := range fields {
+		if !more {
+			return nil, fmt.Errorf("%w: %q has %d parts, want %d", errNotEncodable, text, i, len(fields))
+		}
+		var p string
+		p, rest, more = strings.Cut(rest, " . ")
+		switch f {
+		case fieldAddr:
+			a, err := netip.ParseAddr(p)
+			if err != nil || a.Is6() != v6 || a.Zone() != "" {
+				return nil, fmt.Errorf("%w: %q is not an address of the family", errNotEncodable, p)
+			}
+			if v6 {
+				a16 := a.As16()
+				b = append(b, a16[:]...)
+			} else {
+				a4 := a.As4()
+				b = append(b, a4[:]...)
+			}
+		case fieldProto:
+			var n uint64
+			switch p {
+			case "tcp":
+				n = 6
+			case "udp":
+				n = 17
+			case "sctp":
+				n = 132
+			default:
+				var err error
+				if n, err = strconv.ParseUint(p, 10, 8); err != nil {
+					return nil, fmt.Errorf("%w: protocol %q", errNotEncodable, p)
+				}
+			}
+			b = append(b, byte(n), 0, 0, 0)
+		case fieldService:
+			n, err := strconv.ParseUint(p, 10, 16)
+			if err != nil {
+				return nil, fmt.Errorf("%w: port %q", errNotEncodable, p)
+			}
+			b = binary.BigEndian.AppendUint16(b, uint16(n))
+			b = append(b, 0, 0)
+		case fieldSlot:
+			n, err := strconv.ParseUint(p, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%w: slot %q", errNotEncodable, p)
+			}
+			b = binary.NativeEndian.AppendUint32(b, uint32(n))
+		}
+	}
+	if more {
+		return nil, fmt.Errorf("%w: %q has more than %d parts", errNotEncodable, text, len(fields))
+	}
+	return b, nil
+}
+
+// nlBuf builds netlink messages and attributes in a buffer. With chunk
+// set, a message that might not fit in what is left of the buffer starts
+// a new one of chunk bytes (the batch is sent as one datagram from all of
+// them): a full sync's megabytes are never copied to grow one buffer, and
+// no more is allocated than the messages take, give or take a chunk.
+type nlBuf struct {
+	b     []byte
+	done  [][]byte
+	chunk int
+}
+
+// chunkReserve is more than one message takes (an element list stops
+// growing past maxNetlinkListBytes; one element and the headers are at
+// most a few hundred bytes more).
+const chunkReserve = maxNetlinkListBytes + 4<<10
+
+// bulkChunk is the size of a large batch's buffers.
+const bulkChunk = 1 << 20
+
+// buffers returns what was written, in order.
+func (w *nlBuf) buffers() [][]byte {
+	if len(w.b) == 0 {
+		return w.done
+	}
+	return append(w.done, w.b)
+}
+
+func (w *nlBuf) align() {
+	for len(w.b)%4 != 0 {
+		w.b = append(w.b, 0)
+	}
+}
+
+// msg starts a message; end fills its length in.
+func (w *nlBuf) msg(typ, flags uint16, seq uint32, family uint8, resID uint16) int {
+	if w.chunk > 0 && cap(w.b)-len(w.b) < chunkReserve {
+		if len(w.b) > 0 {
+			w.done = append(w.done, w.b)
+		}
+		w.b = make([]byte, 0, w.chunk)
+	}
+	start := len(w.b)
+	w.b = binary.NativeEndian.AppendUint32(w.b, 0)
+	w.b = binary.NativeEndian.AppendUint16(w.b, typ)
+	w.b = binary.NativeEndian.AppendUint16(w.b, flags)
+	w.b = binary.NativeEndian.AppendUint32(w.b, seq)
+	w.b = binary.NativeEndian.AppendUint32(w.b, 0)
+	w.b = append(w.b, family, 0) // nfgenmsg: family, NFNETLINK_V0
+	w.b = binary.BigEndian.AppendUint16(w.b, resID)
+	return start
+}
+
+// nest starts an attribute holding others (or raw data); end closes it.
+func (w *nlBuf) nest(typ uint16) int {
+	start := len(w.b)
+	w.b = binary.NativeEndian.AppendUint16(w.b, 0)
+	w.b = binary.NativeEndian.AppendUint16(w.b, typ)
+	return start
+}
+
+func (w *nlBuf) endAttr(start int) {
+	binary.NativeEndian.PutUint16(w.b[start:], uint16(len(w.b)-start))
+	w.align()
+}
+
+func (w *nlBuf) endMsg(start int) {
+	w.align()
+	binary.NativeEndian.PutUint32(w.b[start:], uint32(len(w.b)-start))
+}
+
+func (w *nlBuf) attr(typ uint16, data []byte) {
+	s := w.nest(typ)
+	w.b = append(w.b, data...)
+	w.endAttr(s)
+}
+
+func (w *nlBuf) str(typ uint16, s string) {
+	st := w.nest(typ)
+	w.b = append(w.b, s...)
+	w.b = append(w.b, 0)
+	w.endAttr(st)
+}
+
+// maxNetlinkElems bounds the element operations of a partial transaction
+// sent over netlink (larger ones, a burst of new Services, go through
+// nft -f), maxBulkElems those of a full sync's batch (see Tx.Split);
+// maxNetlinkMsgElems and maxNetlinkListBytes bound one message's elements
+// and their attribute, whose length field has 16 bits (an element takes
+// at most a few hundred bytes: a verdict names a chain of at most 255).
+const (
+	maxNetlinkElems     = 4096
+	maxBulkElems        = 1 << 22
+	maxNetlinkMsgElems  = 512
+	maxNetlinkListBytes = 60 << 10
+)
+
+// nlBatch is an encoded batch: its bytes, and the sequence numbers of the
+// messages whose acknowledgement the sender waits for.
+type nlBatch struct {
+	// data holds the messages, in order, in one or more buffers (sent
+	// as one datagram; no message spans two).
+	data      [][]byte
+	begin     uint32 // the batch begin's (the kernel reports a failed commit on it)
+	first     uint32 // the first element message's
+	messages  int    // element messages, each acknowledged
+	endSeqNum uint32
+}
+
+// size returns the batch's length in bytes.
+func (b *nlBatch) size() int {
+	n := 0
+	for _, d := range b.data {
+		n += len(d)
+	}
+	return n
+}
+
+// encodeBatch encodes element operations of family's kproxy table as one
+// nfnetlink batch, with sequence numbers from seq on. Consecutive
+// operations on one set with one verb share a message, as nft sends them.
+func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (*nlBatch, error) {
+	if len(ops) == 0 || len(ops) > limit {
+		return nil, fmt.Errorf("%w: %d operations", errNotEncodable, len(ops))
+	}
+	var proto uint8
+	switch family {
+	case knftables.IPv4Family:
+		proto = nfprotoIPv4
+	case knftables.IPv6Family:
+		proto = nfprotoIPv6
+	default:
+		return nil, fmt.Errorf("%w: family %q", errNotEncodable, family)
+	}
+	v6 := proto == nfprotoIPv6
+	w := &nlBuf{}
+	if len(ops) > maxNetlinkElems {
+		w.chunk = bulkChunk
+	} else {
+		w.b = make([]byte, 0, 256+len(ops)*96)
+	}
+	out := &nlBatch{begin: seq}
+	m := w.msg(nfnlMsgBatchBegin, nlmFRequest, seq, 0, nfnlSubsysNFTables)
+	w.endMsg(m)
+	seq++
+	out.first = seq
+	var msgStart, listStart, inMsg int
+	var cur *ElemOp
+	closeMsg := func() {
+		if cur != nil {
+			w.endAttr(listStart)
+			w.endMsg(msgStart)
+			out.messages++
+			seq++
+		}
+		cur, inMsg = nil, 0
+	}
+	var sc schema
+	var scratch []byte // a key or value, before it is copied into w
+	scSet := "\x00"    // the set sc is for (runs of one set are the rule)
+	for i := range ops {
+		op := &ops[i]
+		if op.Set != scSet {
+			var ok bool
+			if sc, ok = schemaOf(op.Set); !ok {
+				return nil, fmt.Errorf("%w: set %q", errNotEncodable, op.Set)
+			}
+			scSet = op.Set
+		}
+		if op.Flush {
+			// A deletion naming no element flushes the set.
+			closeMsg()
+			m := w.msg(nfnlSubsysNFTables<<8|nftMsgDelSetElem, nlmFRequest|nlmFAck, seq, proto, 0)
+			w.str(nftaSetElemListTable, TableName)
+			w.str(nftaSetElemListSet, op.Set)
+			w.endMsg(m)
+			out.messages++
+			seq++
+			continue
+		}
+		if cur == nil || cur.Set != op.Set || cur.Delete != op.Delete || inMsg >= maxNetlinkMsgElems || len(w.b)-listStart > maxNetlinkListBytes {
+			closeMsg()
+			typ, flags := uint16(nfnlSubsysNFTables<<8|nftMsgNewSetElem), uint16(nlmFRequest|nlmFAck|nlmFCreate)
+			if op.Delete {
+				typ, flags = nfnlSubsysNFTables<<8|nftMsgDelSetElem, nlmFRequest|nlmFAck
+			}
+			msgStart = w.msg(typ, flags, seq, proto, 0)
+			w.str(nftaSetElemListTable, TableName)
+			w.str(nftaSetElemListSet, op.Set)
+			listStart = w.nest(nftaSetElemListElements | nlaFNested)
+			cur = op
+		}
+		inMsg++
+		el := w.nest(nftaListElem | nlaFNested)
+		key, err := encodeConcat(scratch[:0], op.Key, sc.key, v6)
+		if err != nil {
+			return nil, fmt.Errorf("%s key: %w", op.Set, err)
+		}
+		scratch = key
+		k := w.nest(nftaSetElemKey | nlaFNested)
+		w.attr(nftaDataValue, key)
+		w.endAttr(k)
+		if !op.Delete {
+			switch {
+			case sc.verdict:
+				if err := w.verdict(op.Value); err != nil {
+					return nil, fmt.Errorf("%s value: %w", op.Set, err)
+				}
+			case len(sc.value) > 0:
+				val, err := encodeConcat(scratch[:0], op.Value, sc.value, v6)
+				if err != nil {
+					return nil, fmt.Errorf("%s value: %w", op.Set, err)
+				}
+				scratch = val
+				d := w.nest(nftaSetElemData | nlaFNested)
+				w.attr(nftaDataValue, val)
+				w.endAttr(d)
+			case op.Value != "":
+				return nil, fmt.Errorf("%w: a value for set %s", errNotEncodable, op.Set)
+			}
+		}
+		w.endAttr(el)
+	}
+	closeMsg()
+	m = w.msg(nfnlMsgBatchEnd, nlmFRequest, seq, 0, nfnlSubsysNFTables)
+	w.endMsg(m)
+	out.endSeqNum = seq
+	out.data = w.buffers()
+	return out, nil
+}
+
+// verdict writes a map element's verdict ("drop", "goto chain").
+func (w *nlBuf) verdict(v string) error {
+	code, ok := verdictCodes[v]
+	chain := ""
+	if !ok {
+		verb, name, found := strings.Cut(v, " ")
+		name = strings.Trim(name, `"`)
+		switch {
+		case !found || name == "" || strings.ContainsAny(name, " \"") || len(name) > 255:
+			return fmt.Errorf("%w: verdict %q", errNotEncodable, v)
+		case verb == "jump":
+			code = -3
+		case verb == "goto":
+			code = -4
+		default:
+			return fmt.Errorf("%w: verdict %q", errNotEncodable, v)
+		}
+		chain = name
+	}
+	d := w.nest(nftaSetElemData | nlaFNested)
+	vd := w.nest(nftaDataVerdict | nlaFNested)
+	w.attr(nftaVerdictCode, binary.BigEndian.AppendUint32(nil, uint32(code)))
+	if chain != "" {
+		w.str(nftaVerdictChain, chain)
+	}
+	w.endAttr(vd)
+	w.endAttr(d)
+	return nil
+}
+
+// ackState collects the kernel's answers to one batch.
+type ackState struct {
+	b     *nlBatch
+	acked map[uint32]bool
+	err   error
+}
+
+func newAckState(b *nlBatch) *ackState { return &ackState{b: b, acked: map[uint32]bool{}} }
+
+// done reports whether every element message has been answered.
+func (s *ackState) done() bool { return len(s.acked) == s.b.messages }
+
+// read parses netlink messages the kernel sent: acknowledgements (error 0)
+// and errors of the batch's messages. Messages of other sequence numbers
+// (a batch given up on earlier) are ignored.
+func (s *ackState) read(buf []byte) error {
+	for len(buf) >= nlmsgHdrLen {
+		l := binary.NativeEndian.Uint32(buf)
+		if l < nlmsgHdrLen || int(l) > len(buf) {
+			return fmt.Errorf("netlink: malformed message of %d bytes in %d", l, len(buf))
+		}
+		typ := binary.NativeEndian.Uint16(buf[4:])
+		seq := binary.NativeEndian.Uint32(buf[8:])
+		body := buf[nlmsgHdrLen:l]
+		next := (int(l) + 3) &^ 3
+		if next > len(buf) {
+			next = len(buf)
+		}
+		buf = buf[next:]
+		if typ != nlmsgError || seq < s.b.begin || seq > s.b.endSeqNum {
+			continue
+		}
+		if len(body) < 4 {
+			return errors.New("netlink: short error message")
+		}
+		code := int32(binary.NativeEndian.Uint32(body))
+		if code != 0 && s.err == nil {
+			s.err = errnoError(-code, seq, s.b)
+		}
+		if seq >= s.b.first && seq < s.b.first+uint32(s.b.messages) {
+			s.acked[seq] = true
+		}
+	}
+	if len(buf) > 0 {
+		return fmt.Errorf("netlink: %d bytes left after the last message", len(buf))
+	}
+	return nil
+}
+
+// errnoError is the error of a batch answered with errno n on message seq.
+func errnoError(n int32, seq uint32, b *nlBatch) error {
+	what := "the commit"
+	if seq != b.begin {
+		what = fmt.Sprintf("element message %d of %d", seq-b.first+1, b.messages)
+	}
+	err := fmt.Errorf("netlink: %s: %w", what, syscall.Errno(n))
+	if n == 2 { // ENOENT: the table, a set or a chain is gone
+		err = fmt.Errorf("%w: %w", err, ErrNotFound)
+	}
+	return err
+}

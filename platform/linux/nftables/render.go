@@ -1,0 +1,434 @@
+package nftables
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kproxy/kproxy/pkg/intent"
+	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/facts"
+)
+
+// elem is one element of a set or map, as nft writes it: the key's and the
+// value's parts joined by " . " ("10.96.0.1 . 80 . 0", "10.244.1.5 . 8080").
+type elem struct {
+	set string
+	key string
+	val string // "" for a set
+}
+
+// elemID identifies an element's key in its set: two elements with one id
+// cannot both exist.
+type elemID struct{ set, key string }
+
+func (e elem) id() elemID { return elemID{e.set, e.key} }
+
+// chainDef is a chain and its rules.
+type chainDef struct {
+	name  string
+	rules []string
+	// role names a port's own chain within the port ("eps-cluster",
+	// "route-ip", "fw-192.168.1.1"), so a rendering whose content did not
+	// change keeps the chain's name; empty for shared chains.
+	role string
+}
+
+func (c chainDef) sameRules(o chainDef) bool { return slices.Equal(c.rules, o.rules) }
+
+// setDef is a named set a port owns (an affinity set).
+type setDef struct {
+	name    string
+	typ     string
+	flags   []string
+	timeout int32
+}
+
+// portOut is everything one service port contributes.
+type portOut struct {
+	// elems are its elements: dispatch verdicts, endpoint slots.
+	elems []elem
+	// own are the port's own chains (in dependency order: a chain only
+	// points at chains before it or shared ones); sets its own sets.
+	own  []chainDef
+	sets []setDef
+	// shared lists the shared chains it points at.
+	shared []chainDef
+	// hairpin lists this node's endpoint addresses it may DNAT to.
+	hairpin []netip.Addr
+}
+
+// renderer renders ports under one configuration and node.
+type renderer struct {
+	cfg facts.Config
+	f   fam
+	// podMatch and notPodMatch match traffic from pods ("" when pods
+	// cannot be told apart).
+	podMatch, notPodMatch string
+	// jumpMasq marks a connection for masquerading.
+	jumpMasq string
+}
+
+func newRenderer(cfg facts.Config, podSources bool) *renderer {
+	r := &renderer{cfg: cfg, f: famOf(cfg.Family), jumpMasq: "jump " + ChainMarkMasq}
+	if podSources {
+		switch cfg.LocalDetect {
+		case facts.LocalBridgeInterface:
+			r.podMatch = fmt.Sprintf("iifname %q", cfg.LocalInterface)
+			r.notPodMatch = fmt.Sprintf("iifname != %q", cfg.LocalInterface)
+		case facts.LocalInterfaceNamePrefix:
+			r.podMatch = fmt.Sprintf("iifname %q", cfg.LocalInterface+"*")
+			r.notPodMatch = fmt.Sprintf("iifname != %q", cfg.LocalInterface+"*")
+		default:
+			r.podMatch = r.f.ip + " saddr @" + SetPodCIDRs
+			r.notPodMatch = r.f.ip + " saddr != @" + SetPodCIDRs
+		}
+	}
+	return r
+}
+
+// selection is how one endpoint set of a port is picked from.
+type selection struct {
+	// target is the verdict that picks: "goto <chain>".
+	target string
+	// shared is the shared DNAT chain it goes to (nil when own).
+	shared *chainDef
+	// own: a chain of the port's own picks (no endpoint slots).
+	own bool
+}
+
+// port renders one service port.
+func (r *renderer) port(p *intent.Port) *portOut {
+	out := &portOut{elems: make([]elem, 0, portElems(p))}
+	proto := ProtoName(p.Protocol)
+
+	// How each set is picked from, per frontend kind (ip: an address
+	// frontend, whose key the shared chains read from the packet's
+	// destination; np: a NodePort).
+	sels := map[[2]int]selection{}
+	var epsChains [2]*chainDef // a port's own endpoint chains, per set
+	selectFor := func(s intent.Set, np bool) selection {
+		k := [2]int{int(s), b2i(np)}
+		if sel, ok := sels[k]; ok {
+			return sel
+		}
+		eps := p.Endpoints(s)
+		var sel selection
+		switch {
+		case p.AffinitySeconds > 0 || p.Algorithm == proxy.AlgorithmRoundRobin ||
+			(p.Algorithm == proxy.AlgorithmLeastConnection && p.Weights(s) != nil):
+			if epsChains[s] == nil {
+				c := r.epsChain(p, s, out)
+				epsChains[s] = &c
+				out.addOwn(c)
+			}
+			sel = selection{target: "goto " + epsChains[s].chainRef(), own: true}
+		default:
+			c := r.dnatChain(s, np, p, len(eps))
+			sel = selection{target: "goto " + c.name, shared: &c}
+		}
+		sels[k] = sel
+		return sel
+	}
+
+	for i := range p.Frontends {
+		fe := &p.Frontends[i]
+		np := fe.Kind == intent.NodePort
+		// key is the frontend's dispatch key, slotKey its key in the
+		// endpoint maps (which are per protocol).
+		var key, slotKey string
+		var m string
+		port := strconv.Itoa(int(fe.Port))
+		if np {
+			m, key = MapNodePorts, proto+" . "+port
+			slotKey = port
+		} else {
+			addr := fe.Addr.String()
+			m, key = MapFrontends, addr+" . "+proto+" . "+port
+			slotKey = addr + " . " + port
+		}
+		// The endpoint slots each DNAT route of the frontend reads (once
+		// per set: several source classes may share one).
+		targets := [3]string{}
+		var slotted [2]bool
+		for si, rt := range fe.Routes {
+			switch rt.Verdict {
+			case intent.DNAT:
+				sel := selectFor(rt.Set, np)
+				targets[si] = sel.target
+				if !sel.own && !slotted[rt.Set] {
+					slotted[rt.Set] = true
+					out.elems = r.slots(out.elems, p, rt.Set, np, slotKey)
+				}
+			case intent.Reject:
+				targets[si] = "goto " + ChainReject
+			case intent.Drop:
+				targets[si] = "drop"
+			}
+		}
+		verdict, chains := r.route(fe, targets, np)
+		for _, c := range chains {
+			if c.role != "" {
+				out.addOwn(c)
+			} else {
+				out.shared = append(out.shared, c)
+			}
+		}
+		if len(fe.SourceRanges) > 0 {
+			fw := r.firewall(fe, verdict)
+			out.addOwn(fw)
+			verdict = "goto " + fw.chainRef()
+		}
+		out.elems = append(out.elems, elem{set: m, key: key, val: verdict})
+	}
+	for _, sel := range sels {
+		if sel.shared != nil {
+			out.shared = append(out.shared, *sel.shared)
+		}
+	}
+	out.hairpin = p.Hairpin()
+	slices.SortFunc(out.shared, func(a, b chainDef) int { return strings.Compare(a.name, b.name) })
+	out.shared = slices.CompactFunc(out.shared, func(a, b chainDef) bool { return a.name == b.name })
+	return out
+}
+
+// addOwn adds one of the port's own chains, once per role (the external
+// frontends of a kind share their routes, so their chains are the same).
+func (o *portOut) addOwn(c chainDef) {
+	for _, x := range o.own {
+		if x.role == c.role {
+			return
+		}
+	}
+	o.own = append(o.own, c)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// slotMap names the endpoint map of a set, frontend kind and protocol
+// ("cluster-ip-tcp", "local-np-udp"). The maps are per protocol because
+// their keys read the protocol's header ("tcp dport"): nft 1.0.6 cannot
+// read back a DNAT whose key has the protocol-neutral "th dport".
+func slotMap(s intent.Set, np bool, proto string) string {
+	kind := "ip"
+	if np {
+		kind = "np"
+	}
+	return s.String() + "-" + kind + "-" + proto
+}
+
+// hashed reports whether set s of p is picked by source hash.
+func hashed(p *intent.Port, s intent.Set) bool {
+	return p.AlgorithmOf(s) == proxy.AlgorithmSourceHash && len(p.Endpoints(s)) > 0
+}
+
+// slots appends the endpoint map elements of one frontend key for set s:
+// slot i → endpoint, N slots for random (numgen mod N), the
+// proxy.SourceHashSlots of the consistent table for source hash.
+func (r *renderer) slots(out []elem, p *intent.Port, s intent.Set, np bool, key string) []elem {
+	eps := p.Endpoints(s)
+	m := slotMap(s, np, ProtoName(p.Protocol))
+	vals := make([]string, len(eps))
+	for i, ep := range eps {
+		vals[i] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
+	}
+	mk := func(slot int, e int) elem {
+		return elem{set: m, key: key + " . " + strconv.Itoa(slot), val: vals[e]}
+	}
+	if hashed(p, s) {
+		for slot, e := range proxy.SourceHashTable(eps) {
+			out = append(out, mk(slot, e))
+		}
+		return out
+	}
+	for i := range eps {
+		out = append(out, mk(i, i))
+	}
+	return out
+}
+
+// dnatChain is the shared chain that DNATs a frontend of kind np to one of
+// n endpoints of set s, read from the set's map at the frontend's key and
+// slot "numgen random mod n" (or the source hash).
+func (r *renderer) dnatChain(s intent.Set, np bool, p *intent.Port, n int) chainDef {
+	proto := ProtoName(p.Protocol)
+	kind := "ip"
+	key := r.f.ip + " daddr . " + proto + " dport"
+	if np {
+		kind = "np"
+		key = proto + " dport"
+	}
+	var name, slot string
+	if hashed(p, s) {
+		name = fmt.Sprintf("dnat-%s-%s-%s-hash", s, kind, proto)
+		slot = fmt.Sprintf("jhash %s saddr mod %d seed 0x%08x", r.f.ip, proxy.SourceHashSlots, proxy.SourceHashSeed)
+	} else {
+		name = fmt.Sprintf("dnat-%s-%s-%s-r%d", s, kind, proto, n)
+		slot = fmt.Sprintf("numgen random mod %d", n)
+	}
+	return chainDef{name: name, rules: []string{
+		fmt.Sprintf("dnat %s to %s . %s map @%s", r.f.ip, key, slot, slotMap(s, np, proto)),
+	}}
+}
+
+// epsChain is a port's own chain picking from set s with constant DNAT
+// rules, one per endpoint: for session affinity (a timed set of client
+// addresses per endpoint), round robin (numgen inc, one counter per rule:
+// the i-th rule sees n-i of every n connections and takes the first) and
+// least connection (each rule takes its weight over the weights left).
+func (r *renderer) epsChain(p *intent.Port, s intent.Set, out *portOut) chainDef {
+	eps := p.Endpoints(s)
+	weights := p.Weights(s)
+	proto := ProtoName(p.Protocol)
+	c := chainDef{role: "eps-" + s.String()}
+	var affSets []string
+	if p.AffinitySeconds > 0 {
+		for _, ep := range eps {
+			name := "aff-" + hash8(fmt.Sprintf("%s/%s/%d/%s", portKey(p.Name), s, p.AffinitySeconds, ep.AddrPort()))
+			affSets = append(affSets, name)
+			out.sets = append(out.sets, setDef{name: name, typ: r.f.addr, flags: []string{"dynamic", "timeout"}, timeout: p.AffinitySeconds})
+			c.rules = append(c.rules, fmt.Sprintf("%s saddr @%s update @%s { %s saddr } meta l4proto %s dnat %s to %s",
+				r.f.ip, name, name, r.f.ip, proto, r.f.ip, ep.AddrPort()))
+		}
+	}
+	n := len(eps)
+	rest := 0.0
+	for _, w := range weights {
+		rest += w
+	}
+	for i, ep := range eps {
+		var b strings.Builder
+		if i < n-1 {
+			switch {
+			case p.Algorithm == proxy.AlgorithmRoundRobin:
+				fmt.Fprintf(&b, "numgen inc mod %d 0 ", n-i)
+			case weights != nil:
+				// numgen random mod 2^31 < p·2^31: this endpoint's weight
+				// over the weights of the endpoints left.
+				fmt.Fprintf(&b, "numgen random mod %d < %d ", 1<<31, int64(math.Round(weights[i]/rest*(1<<31))))
+			default:
+				fmt.Fprintf(&b, "numgen random mod %d 0 ", n-i)
+			}
+		}
+		if weights != nil {
+			rest -= weights[i]
+		}
+		if affSets != nil {
+			fmt.Fprintf(&b, "update @%s { %s saddr } ", affSets[i], r.f.ip)
+		}
+		fmt.Fprintf(&b, "meta l4proto %s dnat %s to %s", proto, r.f.ip, ep.AddrPort())
+		c.rules = append(c.rules, b.String())
+	}
+	return c
+}
+
+// route returns the verdict of frontend fe's dispatch element, given the
+// verdict each source class's route ends with, and the chains it needs.
+func (r *renderer) route(fe *intent.Frontend, targets [3]string, np bool) (string, []chainDef) {
+	const pod, node, out = intent.FromPod, intent.FromNode, intent.FromOutside
+	rt := fe.Routes
+	var masq []intent.Source
+	for _, s := range intent.Sources {
+		if rt[s].Verdict == intent.DNAT && rt[s].Masquerade {
+			masq = append(masq, s)
+		}
+	}
+	var rulesOut []string
+	pattern := ""
+	switch {
+	case len(masq) == 0:
+	case len(masq) == 3:
+		pattern = "all"
+		rulesOut = append(rulesOut, r.jumpMasq)
+	case slices.Equal(masq, []intent.Source{node, out}) && r.notPodMatch != "":
+		pattern = "nonpod"
+		rulesOut = append(rulesOut, r.notPodMatch+" "+r.jumpMasq)
+	default:
+		pattern = "mixed"
+		for _, s := range masq {
+			switch s {
+			case pod:
+				rulesOut = append(rulesOut, r.podMatch+" "+r.jumpMasq)
+			case node:
+				rulesOut = append(rulesOut, "fib saddr type local "+r.jumpMasq)
+			case out:
+				m := "fib saddr type != local"
+				if r.notPodMatch != "" {
+					m = r.notPodMatch + " " + m
+				}
+				rulesOut = append(rulesOut, m+" "+r.jumpMasq)
+			}
+		}
+	}
+	split := false
+	if r.podMatch != "" && targets[pod] != targets[out] {
+		rulesOut = append(rulesOut, r.podMatch+" "+targets[pod])
+		split = true
+	}
+	if targets[node] != targets[out] {
+		rulesOut = append(rulesOut, "fib saddr type local "+targets[node])
+		split = true
+	}
+	if len(rulesOut) == 0 {
+		return targets[out], nil // straight to the DNAT chain, reject, or drop
+	}
+	rulesOut = append(rulesOut, targets[out])
+	// A chain pointing at a port's own chain is the port's own; others
+	// are shared by every frontend with the same routes.
+	own := slices.ContainsFunc(targets[:], func(t string) bool { return strings.HasPrefix(t, "goto "+rolePrefix) })
+	var c chainDef
+	switch {
+	case own:
+		role := "route-ext"
+		switch {
+		case np:
+			role = "route-np"
+		case fe.Kind == intent.ClusterIP:
+			role = "route-cip"
+		}
+		c = chainDef{role: role, rules: rulesOut}
+	case !split:
+		c = chainDef{name: "masq-" + pattern + "-" + strings.TrimPrefix(targets[out], "goto "), rules: rulesOut}
+	default:
+		c = chainDef{name: "split-" + hash8(strings.Join(rulesOut, "\n")), rules: rulesOut}
+	}
+	return "goto " + c.chainRef(), []chainDef{c}
+}
+
+// chainRef is the name a verdict uses: a port's own chains get their name
+// when the port is assembled (see ownName), so the reference is the role
+// until then.
+func (c chainDef) chainRef() string {
+	if c.role != "" {
+		return rolePrefix + c.role
+	}
+	return c.name
+}
+
+// rolePrefix marks a reference to a port's own chain by role, before the
+// chain is named.
+const rolePrefix = "@role:"
+
+// firewall is a load balancer IP frontend's own chain: sources outside
+// the ranges (and not allowed) are dropped, the rest go on to verdict.
+func (r *renderer) firewall(fe *intent.Frontend, verdict string) chainDef {
+	var allow []string
+	for _, p := range fe.SourceRanges {
+		allow = append(allow, p.String())
+	}
+	for _, a := range fe.AllowedSources {
+		allow = append(allow, a.String())
+	}
+	return chainDef{role: "fw-" + hash8(fe.Addr.String()), rules: []string{
+		fmt.Sprintf("%s saddr != { %s } drop", r.f.ip, strings.Join(allow, ", ")),
+		verdict,
+	}}
+}
