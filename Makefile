@@ -30,11 +30,16 @@ IMAGE_DIR         ?= $(CURDIR)/.build/images
 IMAGE_NAME        ?= ghcr.io/kproxy/kproxy
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 IMAGE_LDFLAGS     := -s -w $(LDFLAGS)
+# KPROXY_TAGS: build tags of the image's kproxy; empty for every real image
+# (make conformance-fault sets a test-only fault, see pkg/source/fault.go).
+KPROXY_TAGS       ?=
+# IMAGE_DEBS: where make images keeps the Debian packages it downloads.
+IMAGE_DEBS        ?= $(IMAGE_DIR)/debs
 .PHONY: images image-windows test-image
 images:
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/linux-amd64/kproxy ./cmd/kproxy
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -tags '$(KPROXY_TAGS)' -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/linux-amd64/kproxy ./cmd/kproxy
 	$(GO) run ./hack/image/cmd/kproxy-image -kproxy $(IMAGE_DIR)/linux-amd64/kproxy -version $(VERSION) \
-		-epoch $(SOURCE_DATE_EPOCH) -name $(IMAGE_NAME) -cache $(IMAGE_DIR)/debs -out $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
+		-epoch $(SOURCE_DATE_EPOCH) -name $(IMAGE_NAME) -cache $(IMAGE_DEBS) -out $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
 
 # image-windows: kproxy.exe and the build context of the Windows HostProcess
 # image in $(IMAGE_DIR)/windows: the files at the paths deploy/windows/Dockerfile
@@ -97,6 +102,7 @@ test-fuzz:
 
 # clean: a cluster still running is taken down first (its state is in .build).
 clean:
+	@if [ -d $(CLUSTER_DIR) ]; then $(MAKE) --no-print-directory cluster-down; fi
 	@if [ -d $(NSCLUSTER_DIR) ]; then $(MAKE) --no-print-directory netns-cluster-down; fi
 	rm -rf $(BIN) .build
 
@@ -130,6 +136,76 @@ test-image: images
 # iptables with apt-get when missing).
 demo:
 	./test/e2e/demo.sh
+
+# cluster: a real Kubernetes cluster on this machine (root; README's quick
+# start, test/cluster): kube-apiserver (Node,RBAC, lease endpoint
+# reconciler), etcd, kube-controller-manager and kube-scheduler in a
+# control-plane network namespace; two nodes, each a network namespace with
+# containerd v2, a kubelet and the CNI bridge, routes between their pod
+# CIDRs; CoreDNS behind kube-dns; and the Service proxy: PROXY=kproxy
+# (default) from make images' image and kubectl apply -k of deploy/
+# (OVERLAY=kubeadm, the default: deploy/overlays/kubeadm; or default), or
+# PROXY=kube-proxy (upstream v1.37.2 as kubeadm deploys it), in MODE
+# iptables (default) or nftables. Everything is built from Go modules and
+# Debian packages and cached; images are imported, never pulled. A daemon
+# owns it (state, logs and PID in CLUSTER_DIR); make cluster-down removes
+# everything, also after a crash; make node-shell NODE=node1 [CMD=...]
+# enters a node's network namespace.
+CLUSTER_DIR    ?= $(CURDIR)/.build/cluster
+PROXY          ?= kproxy
+MODE           ?= iptables
+OVERLAY        ?= kubeadm
+NODE           ?= node1
+KPROXY_CLUSTER := $(CURDIR)/.build/kproxy-cluster
+CLUSTER_FLAGS   = -dir $(CLUSTER_DIR) -proxy $(PROXY) -mode $(MODE) -overlay $(OVERLAY) -kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar
+.PHONY: cluster cluster-down node-shell cluster-tool
+cluster-tool:
+	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
+cluster: cluster-binaries cluster-tool $(if $(filter kproxy,$(PROXY)),images)
+	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) up
+cluster-down: cluster-tool
+	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) down
+node-shell: cluster-tool
+	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) shell $(NODE) $(CMD)
+
+# conformance: upstream's e2e suite (e2e.test v1.37.2 with the ginkgo CLI,
+# NODES parallel processes) against make cluster's cluster with PROXY and
+# MODE (a cluster running with others is replaced): focus FOCUS (default
+# '\[sig-network\]|\[Conformance\]', upstream's kind network jobs'), the
+# skip list of upstream's kind nftables job plus what this machine cannot
+# run (test/conformance: SCTP, NetworkPolicy), reports in
+# .build/conformance/PROXY-MODE/ (junit_01.xml, summary.md, evidence.txt,
+# e2e.log, the proxy pods' logs). Fails when a test fails.
+# conformance-all: the four PROXY x MODE combinations, each on a new
+# cluster, then .build/conformance/compare.md (docs/conformance.md has the
+# latest results).
+FOCUS              ?=
+NODES              ?= 4
+KPROXY_CONFORMANCE := $(CURDIR)/.build/kproxy-conformance
+.PHONY: conformance conformance-all conformance-tool
+conformance-tool:
+	@$(GO) build -o $(KPROXY_CONFORMANCE) ./test/conformance/cmd/kproxy-conformance
+conformance: conformance-binaries cluster-tool conformance-tool $(if $(filter kproxy,$(PROXY)),images)
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -proxy $(PROXY) -mode $(MODE) -nodes $(NODES) \
+		-kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(if $(FOCUS),-focus '$(FOCUS)') run
+conformance-all: conformance-binaries cluster-tool conformance-tool images
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -nodes $(NODES) \
+		-kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(if $(FOCUS),-focus '$(FOCUS)') all
+
+# conformance-fault: the proof that the suite catches a broken proxy. kproxy
+# built with the test-only tag kproxy_fault_ignore_etp (it sees every
+# Service with externalTrafficPolicy Cluster) in its own image, on a new
+# cluster, against the suite's externalTrafficPolicy tests (FAULT_FOCUS);
+# succeeds only if some of them fail, and names them
+# (.build/conformance/kproxy-fault-ignore-etp-MODE/summary.md).
+FAULT_IMAGE_DIR := $(CURDIR)/.build/images-fault
+FAULT_FOCUS     ?= externalTrafficPolicy|ExternalTrafficPolicy
+.PHONY: conformance-fault
+conformance-fault: conformance-binaries cluster-tool conformance-tool
+	$(MAKE) --no-print-directory images IMAGE_DIR=$(FAULT_IMAGE_DIR) IMAGE_DEBS=$(IMAGE_DEBS) KPROXY_TAGS=kproxy_fault_ignore_etp VERSION=$(VERSION)-fault-ignore-etp
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -proxy kproxy -mode $(MODE) -nodes $(NODES) -fresh -expect-failures \
+		-kproxy-image $(FAULT_IMAGE_DIR)/kproxy-linux-amd64.oci.tar -focus '$(FAULT_FOCUS)' \
+		-report-dir $(CURDIR)/.build/conformance/kproxy-fault-ignore-etp-$(MODE) run
 
 # netns-cluster: kproxy's lightweight local cluster (root; see
 # test/nscluster; it was make cluster before make cluster became a real
@@ -191,15 +267,18 @@ bench-soak:
 controlplane:
 	$(GO) run ./test/controlplane/build
 
-# cluster-binaries: what make cluster and make conformance run beyond the
-# control plane, built from Go modules into .build/cluster-bin/<versions>/
-# (KPROXY_CLUSTER_CACHE moves it): kubelet, kube-controller-manager,
-# kube-scheduler, containerd v2 with its runc shim and ctr, CoreDNS, and
-# upstream's e2e.test with the ginkgo CLI, agnhost and the conntrack
-# regression server. Cold, on 2 cores, this is the longest build of the
-# repository (README has the numbers); cached, seconds.
+# cluster-binaries: what make cluster runs beyond the control plane, built
+# from Go modules into .build/cluster-bin/<versions>/ (KPROXY_CLUSTER_CACHE
+# moves it): kubelet, kube-controller-manager, kube-scheduler, containerd v2
+# with its runc shim and ctr, CoreDNS, agnhost and the conntrack regression
+# server (for the test images). conformance-binaries: upstream's e2e.test
+# and the ginkgo CLI, for make conformance: the longest build of the
+# repository. README has the cold and warm times; cached, seconds.
+.PHONY: conformance-binaries
 cluster-binaries: controlplane
 	$(GO) run ./test/controlplane/build -cluster
+conformance-binaries: cluster-binaries
+	$(GO) run ./test/controlplane/build -conformance
 
 # test-integration: kproxy as a process in node1 of a namespace topology,
 # against that kube-apiserver and etcd in a "control-plane" namespace on the

@@ -52,6 +52,7 @@ func (t *transformer) transform(obj any) (any, error) {
 			o.Spec.ClusterIP = o.Spec.ClusterIPs[0] // one copy of the string
 		}
 		o.Status.Conditions = nil
+		faultService(o)
 	case *discovery.EndpointSlice:
 		stripMeta(&o.ObjectMeta)
 		o.UID = ""

@@ -217,3 +217,18 @@ func TestTransform(t *testing.T) {
 		})
 	}
 }
+
+// TestNoFaultInThisBuild: the transform keeps externalTrafficPolicy Local.
+// Only a build with the tag kproxy_fault_ignore_etp (make
+// conformance-fault's image) turns it into Cluster, and this test fails
+// there, which is the point: a test binary built with the fault says so.
+func TestNoFaultInThisBuild(t *testing.T) {
+	s := &v1.Service{Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal}}
+	out, err := newTransformer().transform(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*v1.Service).Spec.ExternalTrafficPolicy; got != v1.ServiceExternalTrafficPolicyLocal {
+		t.Errorf("externalTrafficPolicy after the transform = %q, want Local (built with kproxy_fault_ignore_etp?)", got)
+	}
+}

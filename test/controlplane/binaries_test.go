@@ -187,7 +187,7 @@ func fileExists(p string) bool {
 func fakeRepo(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	for _, tg := range append(targets(), clusterTargets()...) {
+	for _, tg := range append(append(targets(), clusterTargets()...), conformanceTargets()...) {
 		if err := os.MkdirAll(filepath.Join(root, filepath.FromSlash(tg.moduleDir)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -314,9 +314,9 @@ func TestEnsureFailures(t *testing.T) {
 }
 
 // TestEnsureClusterBuildsMissingBinaries: every cluster binary is built from
-// its wrapper module, e2e.test as a test binary, containerd without cgo's
-// snapshotters, into the cluster cache directory; a second call builds
-// nothing.
+// its wrapper module, containerd without cgo's snapshotters, and
+// EnsureConformance builds e2e.test as a test binary, into the cluster cache
+// directory; a second call builds nothing.
 func TestEnsureClusterBuildsMissingBinaries(t *testing.T) {
 	t.Setenv(envFake, "go")
 	root := fakeRepo(t)
@@ -342,10 +342,19 @@ func TestEnsureClusterBuildsMissingBinaries(t *testing.T) {
 		{bins.CoreDNS, []string{"dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "coredns")), "pkg=."}},
 		{bins.Agnhost, []string{"pkg=k8s.io/kubernetes/test/images/agnhost"}},
 		{bins.RegressionIssue74839, []string{"pkg=k8s.io/kubernetes/test/images/regression-issue-74839"}},
-		{bins.Ginkgo, []string{"pkg=github.com/onsi/ginkgo/v2/ginkgo"}},
-		{bins.E2ETest, []string{"verb=test -c", "dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "e2e")),
-			"pkg=k8s.io/kubernetes/test/e2e", "k8s.io/component-base/version.gitVersion=" + KubernetesVersion}},
 	}
+	conf, err := EnsureConformance(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests = append(tests, []struct {
+		path string
+		want []string
+	}{
+		{conf.Ginkgo, []string{"pkg=github.com/onsi/ginkgo/v2/ginkgo"}},
+		{conf.E2ETest, []string{"verb=test -c -vet=off", "dir=" + filepath.ToSlash(filepath.Join(root, modulesDir, "e2e")),
+			"pkg=k8s.io/kubernetes/test/e2e", "k8s.io/component-base/version.gitVersion=" + KubernetesVersion}},
+	}...)
 	for _, tt := range tests {
 		if filepath.Dir(tt.path) != cache {
 			t.Errorf("%s is not in the cache %s", tt.path, cache)

@@ -11,10 +11,9 @@ import (
 // "<repo root>/.build/cluster-bin"; the version directory is still appended.
 const EnvClusterCacheDir = "KPROXY_CLUSTER_CACHE"
 
-// ClusterBinaries are the programs of make cluster and make conformance
-// beyond the control plane of Ensure: the node (kubelet, containerd, its
-// shim and ctr), the controllers, the cluster DNS, and upstream's
-// end-to-end suite with the ginkgo CLI and the programs of the test images.
+// ClusterBinaries are the programs of make cluster beyond the control plane
+// of Ensure: the node (kubelet, containerd, its shim and ctr), the
+// controllers, the cluster DNS, and the programs of the test images.
 type ClusterBinaries struct {
 	// Dir is the cache directory that holds the binaries.
 	Dir                   string
@@ -25,10 +24,6 @@ type ClusterBinaries struct {
 	ContainerdShim        string
 	Ctr                   string
 	CoreDNS               string
-	// E2ETest is upstream's test/e2e built with go test -c; Ginkgo the CLI
-	// that runs it on parallel nodes.
-	E2ETest string
-	Ginkgo  string
 	// Agnhost and RegressionIssue74839 go into the test images of those names.
 	Agnhost              string
 	RegressionIssue74839 string
@@ -80,11 +75,53 @@ func clusterTargets() []target {
 			coldHint: "a few minutes cold"},
 		{name: "regression-issue-74839", moduleDir: modulesDir + "/e2e", pkg: "k8s.io/kubernetes/test/images/regression-issue-74839", ldflags: "-s -w",
 			coldHint: "seconds"},
+	}
+}
+
+// ConformanceBinaries are upstream's end-to-end suite and its runner, for
+// make conformance.
+type ConformanceBinaries struct {
+	Dir string
+	// E2ETest is upstream's test/e2e built with go test -c; Ginkgo the CLI
+	// that runs it on parallel nodes.
+	E2ETest string
+	Ginkgo  string
+	Results []BuildResult
+}
+
+func conformanceTargets() []target {
+	return []target{
 		{name: "ginkgo", moduleDir: modulesDir + "/e2e", pkg: "github.com/onsi/ginkgo/v2/ginkgo", ldflags: "-s -w",
 			coldHint: "a minute cold"},
-		{name: "e2e.test", moduleDir: modulesDir + "/e2e", pkg: "k8s.io/kubernetes/test/e2e", ldflags: kube, test: true,
+		{name: "e2e.test", moduleDir: modulesDir + "/e2e", pkg: "k8s.io/kubernetes/test/e2e", ldflags: kubeLdflags(), test: true,
 			coldHint: "the longest build of all: every e2e suite and most of Kubernetes"},
 	}
+}
+
+// EnsureConformance returns e2e.test and ginkgo, building what is missing
+// from the cluster cache directory, as EnsureCluster does.
+func EnsureConformance(ctx context.Context, o BuildOptions) (ConformanceBinaries, error) {
+	o, err := o.withDefaults(func(root string) string {
+		return DefaultClusterCacheDir(root, os.Getenv(EnvClusterCacheDir))
+	})
+	if err != nil {
+		return ConformanceBinaries{}, err
+	}
+	bins := ConformanceBinaries{Dir: o.CacheDir}
+	for _, t := range conformanceTargets() {
+		res, err := ensureOne(ctx, o, t)
+		if err != nil {
+			return ConformanceBinaries{}, err
+		}
+		bins.Results = append(bins.Results, res)
+		switch t.name {
+		case "ginkgo":
+			bins.Ginkgo = res.Path
+		case "e2e.test":
+			bins.E2ETest = res.Path
+		}
+	}
+	return bins, nil
 }
 
 // EnsureCluster returns the cluster binaries, building each one that is
@@ -108,8 +145,6 @@ func EnsureCluster(ctx context.Context, o BuildOptions) (ClusterBinaries, error)
 		"coredns":                 &bins.CoreDNS,
 		"agnhost":                 &bins.Agnhost,
 		"regression-issue-74839":  &bins.RegressionIssue74839,
-		"ginkgo":                  &bins.Ginkgo,
-		"e2e.test":                &bins.E2ETest,
 	}
 	for _, t := range clusterTargets() {
 		res, err := ensureOne(ctx, o, t)

@@ -366,6 +366,38 @@ func (c *Cluster) Start(host, name, logPath string, argv ...string) (*Process, e
 	return p, nil
 }
 
+// StartShared runs argv as a long-lived process in a host's network
+// namespace only ("nsenter --net"), unlike Start, whose "ip netns exec" also
+// gives the process a mount namespace of its own with /sys remounted: a
+// program that must see the machine's cgroup tree, or share mounts with
+// another (a kubelet and its container runtime), runs here. With mountNS set
+// (the bind mount of a mount namespace) it enters that one too. Close stops
+// it like the others.
+func (c *Cluster) StartShared(host, name, logPath, mountNS string, argv ...string) (*Process, error) {
+	ns, err := c.MustNS(host)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errors.New("netns: cluster closed")
+	}
+	c.mu.Unlock()
+	prefix := []string{"nsenter", "--net=" + ns.Path}
+	if mountNS != "" {
+		prefix = append(prefix, "--mount="+mountNS)
+	}
+	p, err := startPrefixed(c.spawner, ns, name, logPath, append(prefix, "--"), argv...)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
 // Exec runs a short command inside a host's namespace and returns its output.
 func (c *Cluster) Exec(ctx context.Context, host string, argv ...string) ([]byte, error) {
 	ns, err := c.MustNS(host)

@@ -222,6 +222,12 @@ func (p *Process) WaitOutput(ctx context.Context, substr string) error {
 // startProcess starts argv inside ns via "ip netns exec". When logPath is set
 // the output also goes to that file.
 func startProcess(sp *spawner, ns *NS, name, logPath string, argv ...string) (*Process, error) {
+	return startPrefixed(sp, ns, name, logPath, []string{"ip", "netns", "exec", ns.Name}, argv...)
+}
+
+// startPrefixed starts prefix followed by argv; prefix must enter ns and
+// exec argv.
+func startPrefixed(sp *spawner, ns *NS, name, logPath string, prefix []string, argv ...string) (*Process, error) {
 	if err := ns.guard(); err != nil {
 		return nil, err
 	}
@@ -235,7 +241,8 @@ func startProcess(sp *spawner, ns *NS, name, logPath string, argv ...string) (*P
 		p.log = f
 		w = io.MultiWriter(p.out, f)
 	}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns.Name}, argv...)...)
+	full := append(append([]string{}, prefix...), argv...)
+	p.cmd = exec.Command(full[0], full[1:]...)
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	// A child that outlives the process (killed alone) may hold the

@@ -178,3 +178,36 @@ func TestSplitRef(t *testing.T) {
 		}
 	}
 }
+
+// TestAgnhostNetcat: nc in the agnhost image is netcat-openbsd's, as in
+// upstream's: the e2e suite's reachability checks run
+// sh -c "... | nc -v -t -w 2 ...", which busybox's nc refuses (-v), and
+// every Service test failed with "service is not reachable" while the
+// Services worked. /bin/nc must be netcat-openbsd's and /bin/sh must not
+// be busybox (Debian's runs its own applets first: its nc again).
+func TestAgnhostNetcat(t *testing.T) {
+	for _, s := range Specs(Programs{Pause: "/b/pause", Agnhost: "/b/agnhost", Regression: "/b/reg", CoreDNS: "/b/coredns", KubeProxy: "/b/kube-proxy", AgnhostSource: "/src/agnhost"}) {
+		if s.Name != "agnhost" {
+			continue
+		}
+		if !slices.Contains(s.Packages, "netcat-openbsd") {
+			t.Errorf("agnhost packages %v: no netcat-openbsd", s.Packages)
+		}
+		for _, l := range []string{"/bin/nc", "/bin/netcat"} {
+			if got := s.Symlinks[l]; got != "nc.openbsd" {
+				t.Errorf("agnhost image: %s -> %q, want nc.openbsd (or busybox's nc takes its place)", l, got)
+			}
+		}
+		if got := s.Symlinks["/bin/sh"]; got != "dash" || !slices.Contains(s.Packages, "dash") {
+			t.Errorf("agnhost image: /bin/sh -> %q (packages %v), want dash, not busybox", got, s.Packages)
+		}
+		// The suite's "should be able to up and down services" runs
+		// wget -q -O - -T 1 in agnhost pods: busybox's wget segfaulted
+		// there (exit 139, "Segmentation fault" for every request).
+		if !slices.Contains(s.Packages, "wget") {
+			t.Errorf("agnhost packages %v: no wget (busybox's segfaults)", s.Packages)
+		}
+		return
+	}
+	t.Fatal("no agnhost image")
+}

@@ -74,7 +74,7 @@ func Specs(p Programs) []Spec {
 		Refs: []string{Agnhost, AgnhostPrev},
 		// Upstream's is Alpine with these tools; here Debian's, with
 		// busybox for the rest of the commands Alpine has.
-		Packages: []string{"bash", "curl", "netcat-openbsd", "iproute2", "bind9-dnsutils", "socat", "iperf", "libc-bin", busyboxPkg},
+		Packages: []string{"bash", "curl", "netcat-openbsd", "iproute2", "bind9-dnsutils", "socat", "iperf", "libc-bin", "dash", "wget", busyboxPkg},
 		Busybox:  true,
 		Files: append(accounts("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
 			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"),
@@ -82,7 +82,16 @@ func Specs(p Programs) []Spec {
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.crt"), Dst: "/localhost.crt", Mode: 0o644},
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.key"), Dst: "/localhost.key", Mode: 0o644},
 		),
-		Symlinks:   map[string]string{"/agnhost-2": "agnhost", "/usr/local/bin/iperf": "/usr/bin/iperf"},
+		// nc is netcat-openbsd, as in upstream's image (the suite runs nc -v -t -w):
+		// Debian makes /bin/nc an alternative in its postinst, which an
+		// unpacked package does not run, and busybox's nc would take its place.
+		// /bin/sh is dash: Debian's static busybox, as sh, runs its own
+		// applets before the commands in PATH (its nc, not netcat-openbsd's).
+		// wget is GNU wget: Debian's static busybox's wget segfaults (its
+		// static glibc loading the image's NSS modules, seemingly), even for
+		// an address.
+		Symlinks: map[string]string{"/agnhost-2": "agnhost", "/usr/local/bin/iperf": "/usr/bin/iperf",
+			"/bin/nc": "nc.openbsd", "/bin/netcat": "nc.openbsd", "/bin/sh": "dash"},
 		Dirs:       []image.Dir{{Name: "uploads", Mode: 0o755}},
 		Entrypoint: []string{"/agnhost"},
 		Cmd:        []string{"pause"},

@@ -4,8 +4,9 @@
 //
 //	go run ./test/controlplane/build            # make controlplane
 //	go run ./test/controlplane/build -cluster   # make cluster-binaries: also kubelet,
-//	                                            # the controllers, containerd, CoreDNS,
-//	                                            # e2e.test, ginkgo and the test images' programs
+//	                                            # the controllers, containerd, CoreDNS and
+//	                                            # the test images' programs
+//	go run ./test/controlplane/build -conformance  # make conformance-binaries: e2e.test, ginkgo
 //
 // It prints where the binaries are and how long each build took. Run it from
 // anywhere inside the kproxy repository; KPROXY_CONTROLPLANE_CACHE and
@@ -24,7 +25,8 @@ import (
 )
 
 func main() {
-	cluster := flag.Bool("cluster", false, "also build the binaries of make cluster and make conformance")
+	cluster := flag.Bool("cluster", false, "also build the binaries of make cluster")
+	conformance := flag.Bool("conformance", false, "also build those of make conformance (e2e.test, ginkgo)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -41,6 +43,14 @@ func main() {
 	results := bins.Results
 	if *cluster {
 		cb, err := controlplane.EnsureCluster(ctx, controlplane.BuildOptions{Logf: logf})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
+			os.Exit(1)
+		}
+		results = append(results, cb.Results...)
+	}
+	if *conformance {
+		cb, err := controlplane.EnsureConformance(ctx, controlplane.BuildOptions{Logf: logf})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
 			os.Exit(1)

@@ -4,7 +4,7 @@
 // published v0.x release as in the other wrappers. tools.go (build tag
 // "tools", never compiled) imports what upstream's test/e2e/e2e_test.go
 // imports, so that go.sum holds every module "go test -c" needs:
-//   go test -c -o e2e.test k8s.io/kubernetes/test/e2e
+//   go test -c -vet=off -o e2e.test k8s.io/kubernetes/test/e2e
 //   go build -o ginkgo github.com/onsi/ginkgo/v2/ginkgo
 //   go build -o agnhost k8s.io/kubernetes/test/images/agnhost
 // and the conntrack regression test's server (regression-issue-74839).

@@ -1,0 +1,261 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kproxy/kproxy/test/cluster"
+	"github.com/kproxy/kproxy/test/controlplane"
+)
+
+// Options configure Execute.
+type Options struct {
+	// Root is the repository root; ClusterDir make cluster's state
+	// directory (default <Root>/.build/cluster).
+	Root, ClusterDir string
+	// Proxy and Mode select the cluster (cluster.ProxyKproxy or
+	// cluster.ProxyKubeProxy; iptables or nftables).
+	Proxy, Mode string
+	// Focus narrows the suite (default DefaultFocus). ExtraSkips are
+	// skipped on top of UpstreamSkips and MachineSkips.
+	Focus      string
+	ExtraSkips []Skip
+	// Nodes is ginkgo's parallelism (default 4).
+	Nodes int
+	// ReportDir receives the reports (default
+	// <Root>/.build/conformance/<proxy>-<mode>).
+	ReportDir string
+	// Fresh makes a new cluster even if one with this proxy and mode runs.
+	Fresh bool
+	// Timeout bounds the suite (default 6h).
+	Timeout time.Duration
+	// KproxyImage is passed to make cluster (default: make images' archive).
+	KproxyImage string
+	// Out receives the progress and the suite's output.
+	Out io.Writer
+	// Command is how the run was asked for, for the summary.
+	Command string
+	// ClusterTool is the kproxy-cluster binary that runs the cluster
+	// (default <Root>/.build/kproxy-cluster, make cluster-tool's).
+	ClusterTool string
+}
+
+func (o *Options) defaults() {
+	if o.ClusterDir == "" {
+		o.ClusterDir = cluster.DefaultDir(o.Root)
+	}
+	if o.Focus == "" {
+		o.Focus = DefaultFocus
+	}
+	if o.Nodes <= 0 {
+		o.Nodes = 4
+	}
+	if o.ReportDir == "" {
+		o.ReportDir = filepath.Join(o.Root, ".build", "conformance", o.Proxy+"-"+o.Mode)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 6 * time.Hour
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.ClusterTool == "" {
+		o.ClusterTool = filepath.Join(o.Root, ".build", "kproxy-cluster")
+	}
+}
+
+// ErrFailures is returned (wrapped) when the suite ran and tests failed.
+var ErrFailures = errors.New("tests failed")
+
+// Execute makes sure make cluster's cluster runs with the proxy and mode
+// asked for (a running one with others is taken down first), runs the
+// suite against it, and writes into ReportDir: junit_01.xml (the suite's),
+// e2e.log (its output), summary.md (Summary), evidence.txt and the proxy
+// pods' logs. It returns the results; ErrFailures when a test failed.
+func Execute(ctx context.Context, o Options) (Results, error) {
+	o.defaults()
+	if err := cluster.CheckProxy(o.Proxy, o.Mode); err != nil {
+		return Results{}, err
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(o.Out, "make conformance: "+format+"\n", args...) }
+	co := cluster.Options{Dir: o.ClusterDir, Root: o.Root, Out: o.Out, Proxy: o.Proxy, Mode: o.Mode, KproxyImage: o.KproxyImage, Tool: o.ClusterTool}
+	st, err := cluster.ReadState(o.ClusterDir)
+	reuse := err == nil && !o.Fresh && st.Proxy == o.Proxy && st.Mode == o.Mode
+	if !reuse {
+		if _, statErr := os.Stat(o.ClusterDir); statErr == nil {
+			say("taking down the cluster in %s first", o.ClusterDir)
+			if err := cluster.Down(ctx, co); err != nil {
+				return Results{}, err
+			}
+		}
+		say("make cluster PROXY=%s MODE=%s", o.Proxy, o.Mode)
+	}
+	if err := cluster.Up(ctx, co); err != nil {
+		return Results{}, err
+	}
+	if st, err = cluster.ReadState(o.ClusterDir); err != nil {
+		return Results{}, err
+	}
+	bins, err := controlplane.EnsureConformance(ctx, controlplane.BuildOptions{RepoRoot: o.Root,
+		Logf: func(f string, a ...any) { say(f, a...) }})
+	if err != nil {
+		return Results{}, err
+	}
+	if err := os.RemoveAll(o.ReportDir); err != nil {
+		return Results{}, err
+	}
+	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
+		return Results{}, err
+	}
+	skips := append(append(append([]Skip{}, UpstreamSkips...), MachineSkips...), o.ExtraSkips...)
+	r := Run{
+		E2ETest: bins.E2ETest, Ginkgo: bins.Ginkgo, Kubeconfig: st.Kubeconfig,
+		Focus: o.Focus, Skip: SkipRegexp(skips), Nodes: o.Nodes, ReportDir: o.ReportDir,
+		Timeout: o.Timeout, NumNodes: len(st.Nodes),
+	}
+	ev := &evidence{st: st, kubectl: filepath.Join(o.ClusterDir, cluster.BinDir, "kubectl")}
+	before := ev.collect(ctx)
+	started := time.Now()
+	say("running upstream's e2e suite (%d parallel), output in %s", o.Nodes, filepath.Join(o.ReportDir, "e2e.log"))
+	suiteErr := runSuite(ctx, st, r, filepath.Join(o.ReportDir, "e2e.log"), o.Out)
+	after := ev.collect(ctx)
+	ev.saveLogs(ctx, o.ReportDir, o.Proxy)
+	evidenceText := "before the suite:\n" + before + "\nafter the suite:\n" + after
+	if err := os.WriteFile(filepath.Join(o.ReportDir, "evidence.txt"), []byte(evidenceText), 0o644); err != nil {
+		return Results{}, err
+	}
+	f, err := os.Open(filepath.Join(o.ReportDir, "junit_01.xml"))
+	if err != nil {
+		return Results{}, errors.Join(fmt.Errorf("the suite wrote no JUnit report: %w", err), suiteErr)
+	}
+	res, err := ReadJUnit(f)
+	_ = f.Close()
+	if err != nil {
+		return Results{}, err
+	}
+	commit, _ := exec.CommandContext(ctx, "git", "-C", o.Root, "describe", "--always", "--dirty").Output()
+	h := Header{
+		Proxy: o.Proxy, Mode: o.Mode, Commit: strings.TrimSpace(string(commit)), Command: o.Command,
+		Started: started, Focus: r.Focus, Skip: r.Skip, Skips: skips, Evidence: evidenceText,
+	}
+	if err := os.WriteFile(filepath.Join(o.ReportDir, "summary.md"), []byte(Summary(h, res)), 0o644); err != nil {
+		return res, err
+	}
+	c := res.Counts()
+	say("%s %s: %d passed, %d failed, %d skipped by the test, in %v; summary: %s",
+		o.Proxy, o.Mode, c["passed"], c["failed"], c["skipped"], time.Since(started).Round(time.Second), filepath.Join(o.ReportDir, "summary.md"))
+	for _, t := range res.Tests {
+		if t.State == "failed" {
+			say("FAILED %s", t.Name)
+		}
+	}
+	if c["failed"] > 0 {
+		return res, fmt.Errorf("%s %s: %d %w", o.Proxy, o.Mode, c["failed"], ErrFailures)
+	}
+	if suiteErr != nil && c["passed"] == 0 {
+		return res, suiteErr
+	}
+	return res, nil
+}
+
+// runSuite runs ginkgo in the control plane's network namespace (where
+// the API server and the nodes are reachable), its output into logPath and
+// out.
+func runSuite(ctx context.Context, st *cluster.State, r Run, logPath string, out io.Writer) error {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Close() }()
+	ns := st.Namespaces[cluster.ControlPlaneHost]
+	argv := append([]string{"--net=/run/netns/" + ns, "--"}, r.Argv()...)
+	cmd := exec.CommandContext(ctx, "nsenter", argv...)
+	cmd.Dir = r.ReportDir
+	// e2e.test runs kubectl (some tests): the cluster's, from PATH.
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(st.Kubectl)+":"+os.Getenv("PATH"), "KUBECONFIG="+st.Kubeconfig, "KUBE_SSH_USER=")
+	cmd.Stdout = io.MultiWriter(log, out)
+	cmd.Stderr = cmd.Stdout
+	fmt.Fprintf(log, "nsenter %s\n", strings.Join(argv, " "))
+	return runGroup(cmd)
+}
+
+// runGroup runs cmd in a process group of its own and, when its context
+// ends, signals the whole group: ginkgo's parallel e2e.test processes
+// outlived an interrupted run when only ginkgo was killed.
+func runGroup(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// SIGINT: ginkgo interrupts its processes and writes its reports.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	}
+	cmd.WaitDelay = time.Minute
+	err := cmd.Run()
+	if cmd.Process != nil {
+		// Whatever of the group is left once ginkgo has returned.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	return err
+}
+
+// evidence records which proxy programs the nodes: the proxy pods (name,
+// node, image, restarts), that the other proxy has none, and each node's
+// last-sync timestamp metric (read on the node, at 127.0.0.1:10249).
+type evidence struct {
+	st      *cluster.State
+	kubectl string
+}
+
+func (e *evidence) collect(ctx context.Context) string {
+	var b strings.Builder
+	pods, err := exec.CommandContext(ctx, "sh", e.kubectl, "-n", "kube-system", "get", "pods", "-l", "k8s-app in (kproxy,kube-proxy)",
+		"-o", "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,RESTARTS:.status.containerStatuses[0].restartCount,STARTED:.status.startTime").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(&b, "kubectl get pods: %v\n", err)
+	}
+	b.Write(pods)
+	for _, n := range e.st.Nodes {
+		ns := e.st.Namespaces[n.Name]
+		out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+ns, "--", "curl", "-s", "--max-time", "5", "http://127.0.0.1:10249/metrics").Output()
+		if err != nil {
+			fmt.Fprintf(&b, "%s: metrics: %v\n", n.Name, err)
+			continue
+		}
+		found := false
+		for _, m := range MetricLine.FindAllStringSubmatch(string(out), -1) {
+			found = true
+			fmt.Fprintf(&b, "%s: %s_sync_proxy_rules_last_timestamp_seconds%s %s (%s)\n", n.Name, m[1], m[2], m[3], unixTime(m[3]))
+		}
+		if !found {
+			fmt.Fprintf(&b, "%s: no last-sync timestamp in the metrics\n", n.Name)
+		}
+	}
+	return b.String()
+}
+
+func unixTime(s string) string {
+	var f float64
+	if _, err := fmt.Sscanf(s, "%g", &f); err != nil || f == 0 {
+		return "never"
+	}
+	return time.Unix(int64(f), 0).UTC().Format(time.RFC3339)
+}
+
+// saveLogs writes each proxy pod's log into dir.
+func (e *evidence) saveLogs(ctx context.Context, dir, proxy string) {
+	out, err := exec.CommandContext(ctx, "sh", e.kubectl, "-n", "kube-system", "get", "pods", "-l", "k8s-app="+proxy, "-o", "name").Output()
+	if err != nil {
+		return
+	}
+	for _, pod := range strings.Fields(string(out)) {
+		logs, _ := exec.CommandContext(ctx, "sh", e.kubectl, "-n", "kube-system", "logs", pod, "--all-containers").CombinedOutput()
+		_ = os.WriteFile(filepath.Join(dir, strings.TrimPrefix(pod, "pod/")+".log"), logs, 0o644)
+	}
+}
