@@ -22,6 +22,14 @@ func RunAPIServer(ctx context.Context, client kubernetes.Interface, nodeName str
 	return run(ctx, apiServerLW(client), runOptions{nodeName: nodeName, resync: resync}, h)
 }
 
+// RunAPIServerAwaitingNode is RunAPIServer for a reader that takes one
+// snapshot (kproxy explain): h.OnSynced waits for the Node's initial list
+// too, so that the snapshot knows the node's addresses, pod CIDR and zone.
+// (The proxy itself does not wait: a Node seen later triggers a sync.)
+func RunAPIServerAwaitingNode(ctx context.Context, client kubernetes.Interface, nodeName string, h Handler) error {
+	return run(ctx, apiServerLW(client), runOptions{nodeName: nodeName, awaitNode: true}, h)
+}
+
 // apiServerLW builds the ListerWatchers over client.
 func apiServerLW(client kubernetes.Interface) lwFactory {
 	return func(k kind, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
