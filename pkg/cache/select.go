@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	v1 "k8s.io/api/core/v1"
 )
 
 // topology modes chosen from EndpointSlice hints.
@@ -64,9 +65,32 @@ func servicePorts(svc *svcInfo, sl []*sliceInfo, fam int, node *proxy.Node) []*p
 		sp.ExternalPolicyLocal = svc.externalLocal && sp.ExternallyAccessible()
 		cands := mergeEndpoints(sl, fam, p, node.Name)
 		sp.ClusterEndpoints, sp.LocalEndpoints, sp.HasAnyEndpoints = categorize(cands, sp, node.Name, node.Zone)
+		if !sp.HasAnyEndpoints {
+			sp.SlicePortsElsewhere = slicePortsElsewhere(svc, sl, fam, p.protocol)
+		}
 		out = append(out, sp)
 	}
 	return out
+}
+
+// slicePortsElsewhere lists the names of the ports of protocol proto in
+// svc's slices of family fam that have a ready endpoint but no port of svc
+// of that name and protocol, sorted and without duplicates.
+func slicePortsElsewhere(svc *svcInfo, sl []*sliceInfo, fam int, proto v1.Protocol) []string {
+	var out []string
+	for _, s := range sl {
+		if s.fam != fam || !slices.ContainsFunc(s.eps, func(e sliceEndpoint) bool { return e.ready }) {
+			continue
+		}
+		for _, sp := range s.ports {
+			if sp.protocol != proto || slices.ContainsFunc(svc.ports, func(p svcPortInfo) bool { return p.name == sp.name && p.protocol == proto }) {
+				continue
+			}
+			out = append(out, sp.name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // mergeEndpoints gathers the endpoints of one service port from every slice of
@@ -261,6 +285,7 @@ func equalPorts(a, b *proxy.ServicePort) bool {
 		a.PreserveDestination == b.PreserveDestination &&
 		a.Algorithm == b.Algorithm &&
 		a.HasAnyEndpoints == b.HasAnyEndpoints &&
+		slices.Equal(a.SlicePortsElsewhere, b.SlicePortsElsewhere) &&
 		slices.Equal(a.ClusterEndpoints, b.ClusterEndpoints) &&
 		slices.Equal(a.LocalEndpoints, b.LocalEndpoints)
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -302,6 +303,14 @@ func AddressOwners(v *proxy.FamilyView, addr netip.Addr) []string {
 // apply to it; where the platform does not short-circuit (a verdict other
 // than DNAT), the Local policy's lines stand.
 func consistent(ds []string, sp *proxy.ServicePort, kind string, q Query, v Verdict) []string {
+	if !sp.HasAnyEndpoints && v == Drop {
+		// A platform without reject (HNS) drops instead.
+		for i, d := range ds {
+			if d == noEndpointsRejected {
+				ds[i] = "no usable endpoint anywhere in the cluster: this platform cannot reject, so connections are dropped (not refused)"
+			}
+		}
+	}
 	if kind == KindClusterIP || !sp.ExternalPolicyLocal || q.Origin == FromOutside || v != DNAT {
 		return ds
 	}
@@ -342,7 +351,16 @@ func Decisions(sp *proxy.ServicePort, kind string, q Query) []string {
 	}
 	switch {
 	case !sp.HasAnyEndpoints:
-		out = append(out, "no usable endpoint anywhere in the cluster: connections are rejected")
+		out = append(out, noEndpointsRejected)
+		if len(sp.SlicePortsElsewhere) > 0 {
+			names := make([]string, len(sp.SlicePortsElsewhere))
+			for i, n := range sp.SlicePortsElsewhere {
+				names[i] = strconv.Quote(n)
+			}
+			out = append(out, fmt.Sprintf("the Service's EndpointSlices have ready endpoints on port(s) named %s (%s), but this Service port is named %q: "+
+				"endpoints belong to the Service port of the same name (check the Service's port names, or the EndpointSlices' if written by hand)",
+				strings.Join(names, ", "), strings.ToLower(string(sp.Protocol)), sp.Name.Port))
+		}
 	case len(eps) == 0:
 		out = append(out, "no usable endpoint on this node under a Local policy: connections are dropped")
 	}
@@ -372,6 +390,8 @@ func Decisions(sp *proxy.ServicePort, kind string, q Query) []string {
 	}
 	return out
 }
+
+const noEndpointsRejected = "no usable endpoint anywhere in the cluster: connections are rejected"
 
 func terminatingOnly(eps []proxy.Endpoint) bool {
 	for _, e := range eps {

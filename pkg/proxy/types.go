@@ -140,6 +140,13 @@ type ServicePort struct {
 	// cluster. It tells "no endpoints at all" (reject) from "none on this node"
 	// (drop).
 	HasAnyEndpoints bool
+	// SlicePortsElsewhere, set only when no endpoint is usable anywhere
+	// (HasAnyEndpoints false), names the ports of this Service's
+	// EndpointSlices (this family and protocol) that have ready endpoints
+	// but match no port of the Service by name: the usual cause of a
+	// Service without endpoints whose pods run (kproxy explain says so).
+	// Sorted; "" is an unnamed port. Nothing is programmed from it.
+	SlicePortsElsewhere []string
 }
 
 // ExternallyAccessible reports whether the port has a frontend outside the
