@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/explaincmd"
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
@@ -133,21 +135,21 @@ func TestExplainBehaviourTable(t *testing.T) {
 				local := append(node1.Addrs(fam), loop)
 				switch mode {
 				case string(config.ModeIPTables):
-					tr, err := linux.PlannedIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local))
+					tr, err := linux.PlannedIptables(modeconfig.IPTables(o, fam), explaincmd.FullView(o, snap, fam, local))
 					if err != nil {
 						t.Fatal(err)
 					}
 					tracers[fam], nodeAddrs[fam] = tr, local
 					continue
 				case string(config.ModeNFTables):
-					tr, err := linux.PlannedNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local))
+					tr, err := linux.PlannedNFT(modeconfig.NFTables(o, fam), explaincmd.FullView(o, snap, fam, local))
 					if err != nil {
 						t.Fatal(err)
 					}
 					tracers[fam], nodeAddrs[fam] = tr, local
 					continue
 				}
-				tr, _, err := hnsTracer(o, snap, fam, nil, false)
+				tr, _, err := explaincmd.HNSTracer(o, snap, fam, nil, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -291,11 +293,17 @@ func checkKernelspaceRow(t *testing.T, topo *proxytest.Topology, row proxytest.R
 		if res.Verdict != explain.DNAT {
 			t.Errorf("%s, want DNAT: HNS does not filter (%s)", describe(res), reason)
 		}
+	case strings.Contains(reason, "cannot reject"):
+		// No load balancer for a port without endpoints: the plan knows
+		// the frontend is the Service's, and says it is dropped.
+		if res.Verdict != explain.Drop {
+			t.Errorf("%s, want DROP (%s)", describe(res), reason)
+		}
 	default:
-		// No reject, ClusterIP from outside, localhost NodePorts, and
-		// NodePorts on an address other than the node IP (the resolver's
-		// NodePort load balancers serve the node IP only, so a secondary
-		// address is not captured whatever nodePortAddresses says).
+		// ClusterIP from outside, localhost NodePorts, and NodePorts on
+		// an address other than the node IP (the resolver's NodePort load
+		// balancers serve the node IP only, so a secondary address is not
+		// captured whatever nodePortAddresses says).
 		if res.Verdict != explain.NotHandled {
 			t.Errorf("%s, want not handled (%s)", describe(res), reason)
 		}

@@ -19,9 +19,12 @@ import (
 // backend's plan (planned) or what HNS holds (live, with the drift from the
 // plan).
 type HNSExplainer struct {
-	lbs   []*plan.LBSpec
-	drift []string
-	notes []string
+	lbs []*plan.LBSpec
+	// dropped are the plan's frontends without endpoints (no load
+	// balancer: dropped).
+	dropped []plan.Dropped
+	drift   []string
+	notes   []string
 }
 
 var _ explain.Tracer = (*HNSExplainer)(nil)
@@ -66,7 +69,7 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 	if p.Err != nil {
 		return nil, fmt.Errorf("planning %s HNS load balancers: %w", b.opts.Family, p.Err)
 	}
-	e := &HNSExplainer{lbs: p.LoadBalancers}
+	e := &HNSExplainer{lbs: p.LoadBalancers, dropped: p.Dropped}
 	for _, w := range p.Warnings {
 		e.notes = append(e.notes, fmt.Sprintf("%s: %s", w.Service, w.Message))
 	}
@@ -133,6 +136,14 @@ func (e *HNSExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 	if r.LB == nil {
 		// HNS has no reject: a Service address without a load balancer is
 		// not captured, and nothing on the node answers for it.
+		for _, d := range e.dropped {
+			if d.Matches(c) {
+				tr.Targets = []explain.Target{{Verdict: explain.Drop, Probability: 1}}
+				tr.Path = append(tr.Path, explain.Step{Where: "HNS", Why: fmt.Sprintf(
+					"%s has no usable endpoint, so it has no load balancer (HNS cannot reject): the connection is dropped, not refused", d.Service)})
+				break
+			}
+		}
 		return tr, nil
 	}
 	tr.Path = append(tr.Path, explain.Step{Where: "HNS load balancer", What: lbWhat(r.LB), Why: "the load balancer taking the connection"})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 )
@@ -309,6 +311,10 @@ type Plan struct {
 	Endpoints []*EndpointSpec
 	// Warnings, sorted by Service then reason; one per (Service, reason).
 	Warnings []Warning
+	// Dropped are the frontends the intent rejects (no usable endpoint),
+	// which get no load balancer: HNS cannot reject, so what reaches them
+	// is dropped. In service port order.
+	Dropped []Dropped
 	// Err is set when no plan can be made (missing node facts); the rest is then empty.
 	Err error
 
@@ -319,6 +325,30 @@ type Plan struct {
 	// built).
 	facts string
 	ports map[proxy.ServicePortName]*portResult
+}
+
+// Dropped is a frontend of a service port without usable endpoints: the
+// intent rejects connections to it, HNS has no load balancer for it, and
+// what is sent there is dropped.
+type Dropped struct {
+	Service proxy.ServicePortName
+	Kind    intent.FrontendKind
+	// Addr is invalid for a NodePort (every node address).
+	Addr     netip.Addr
+	Port     uint16
+	Protocol uint32
+}
+
+// Matches reports whether c is sent to the frontend (nodeAddrs: the node's
+// addresses, where NodePorts answer).
+func (d Dropped) Matches(c Conn) bool {
+	if d.Protocol != c.Protocol || d.Port != c.Dst.Port() {
+		return false
+	}
+	if !d.Addr.IsValid() {
+		return slices.Contains(c.NodeAddrs, c.Dst.Addr())
+	}
+	return d.Addr == c.Dst.Addr()
 }
 
 // EndpointIndex returns the plan's endpoints by address.
@@ -399,6 +429,7 @@ func Build(f *Facts, view *proxy.FamilyView, prev *Plan) *Plan {
 		for _, w := range res.warnings {
 			m.warn(w)
 		}
+		p.Dropped = append(p.Dropped, res.dropped...)
 		for _, lb := range res.lbs {
 			m.lb(lb)
 		}

@@ -21,6 +21,7 @@ type portResult struct {
 	health   []*LBSpec
 	eps      []*EndpointSpec
 	warnings []Warning
+	dropped  []Dropped
 }
 
 // portPlanner plans service ports one at a time under fixed facts.
@@ -298,7 +299,7 @@ func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
 		if rejects(&fe) {
 			b.warn(ReasonRejectUnsupported,
 				"port %q has no usable endpoint: HNS cannot reject, so connections to it are dropped (no load balancer), not refused", sp.Name.Port)
-			break
+			b.res.dropped = append(b.res.dropped, Dropped{Service: sp.Name, Kind: fe.Kind, Addr: fe.Addr, Port: uint16(fe.Port), Protocol: proto})
 		}
 	}
 	if len(lbFrontends) > 0 && len(lbFrontends[0].SourceRanges) > 0 {
