@@ -181,14 +181,14 @@ func subcommandFlags(t *testing.T, file string) map[string]bool {
 	t.Helper()
 	re := regexp.MustCompile(`(?:fs|own)\.\w+\((?:&[\w.]+, )?"([a-z][a-z0-9-]*)"(?:, "([a-z])")?`)
 	out := map[string]bool{}
-	for _, m := range re.FindAllStringSubmatch(readDoc(t, filepath.Join("..", "cmd", "kproxy", file)), -1) {
+	for _, m := range re.FindAllStringSubmatch(readDoc(t, filepath.Join("..", filepath.FromSlash(file))), -1) {
 		out[m[1]] = true
 		if m[2] != "" {
 			out[m[2]] = true
 		}
 	}
 	if len(out) < 5 {
-		t.Fatalf("cmd/kproxy/%s: found only %d flags (%v): the pattern no longer matches how it registers them", file, len(out), out)
+		t.Fatalf("%s: found only %d flags (%v): the pattern no longer matches how it registers them", file, len(out), out)
 	}
 	return out
 }
@@ -206,8 +206,8 @@ func TestDocumentedFlagsExist(t *testing.T) {
 	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
 	config.NewOptions().AddFlags(fs)
 	subs := map[string]map[string]bool{
-		"explain":   subcommandFlags(t, "explain.go"),
-		"check-hns": subcommandFlags(t, "checkhns.go"),
+		"explain":   subcommandFlags(t, "cmd/internal/explaincmd/explaincmd.go"),
+		"check-hns": subcommandFlags(t, "cmd/kproxy/checkhns.go"),
 	}
 	checked := 0
 	for _, path := range documents(t) {

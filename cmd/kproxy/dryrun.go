@@ -3,6 +3,7 @@ package main
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/platform/linux"
@@ -16,7 +17,7 @@ func iptablesDryRun(o *config.Options) (app.Backends, error) {
 	var out app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := linux.New(linux.Options{
-			Rules:     iptablesConfig(o, fam),
+			Rules:     modeconfig.IPTables(o, fam),
 			Iptables:  linux.NewFakeIptables(),
 			NFTables:  &linux.FakeNFTables{},
 			Conntrack: &linux.FakeConntrack{},

@@ -46,6 +46,13 @@ func TestExplainOperatorFindings(t *testing.T) {
 			args: []string{"--hostname-override", "node1", "--cluster-cidr", "10.244.0.0/16", "--to", "192.168.50.11:30443"}, code: 0,
 			want:     []string{"verdict     DNAT", "short-circuited to the cluster-wide endpoints (3)"},
 			dontWant: []string{"connections are dropped", "may short-circuit"}},
+		{name: "a Service port without endpoints whose slices have them under another name says so",
+			args: []string{"--manifests", "testdata/port-name-mismatch", "--hostname-override", "node1", "--to", "10.96.0.80:80"}, code: 0,
+			want: []string{"verdict     REJECT", `ready endpoints on port(s) named "web" (tcp), but this Service port is named "http"`}},
+		{name: "kernelspace drops what it cannot reject, and says so without contradiction",
+			args: []string{"--manifests", "testdata/port-name-mismatch", "--hostname-override", "node1", "--proxy-mode", "kernelspace", "--to", "10.96.0.80:80"}, code: 0,
+			want:     []string{"verdict     DROP", "this platform cannot reject, so connections are dropped", "the connection is dropped, not refused"},
+			dontWant: []string{"not handled", "connections are rejected"}},
 		{name: "flag errors exit 1, as kproxy's own",
 			args: []string{"--to", "10.96.0.30:53", "--bogus"}, code: 1, want: []string{"unknown flag: --bogus"}},
 	} {

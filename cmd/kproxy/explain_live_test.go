@@ -11,6 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/explaincmd"
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
@@ -48,8 +50,8 @@ func newTestFlags(t *testing.T, args ...string) *config.Options {
 func TestExplainLiveIptablesDrift(t *testing.T) {
 	o, snap := examplesSnapshot(t, "iptables")
 	local := []netip.Addr{netip.MustParseAddr("192.168.50.11"), netip.MustParseAddr("127.0.0.1")}
-	cfg := iptablesConfig(o, v1.IPv4Protocol)
-	planned, err := linux.PlannedIptables(cfg, fullView(o, snap, v1.IPv4Protocol, local))
+	cfg := modeconfig.IPTables(o, v1.IPv4Protocol)
+	planned, err := linux.PlannedIptables(cfg, explaincmd.FullView(o, snap, v1.IPv4Protocol, local))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 		edit(rs)
-		tr, err := linux.LiveIptables(cfg, fullView(o, snap, v1.IPv4Protocol, local), []byte(rs.Save("nat")+rs.Save("filter")))
+		tr, err := linux.LiveIptables(cfg, explaincmd.FullView(o, snap, v1.IPv4Protocol, local), []byte(rs.Save("nat")+rs.Save("filter")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +146,7 @@ func TestExplainLiveHNS(t *testing.T) {
 		f.AddEndpoint(hns.Endpoint{HostComputeNetwork: netID, Name: name, IPConfigurations: []hns.IPConfig{{IPAddress: ip}}})
 	}
 	o.Config.Winkernel.NetworkName = "cbr0"
-	opts := hnsOptions(o, v1.IPv4Protocol, f, app.Env{})
+	opts := modeconfig.HNS(o, v1.IPv4Protocol, f, app.Env{})
 	opts.Interfaces = func() ([]windows.HostInterface, error) {
 		return []windows.HostInterface{{Name: "Ethernet", MAC: "00-15-5d-00-00-01", Addrs: []netip.Addr{netip.MustParseAddr("192.168.50.11")}}}, nil
 	}

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
@@ -59,37 +60,13 @@ func cniConfigReader(getenv func(string) string) func() (*windows.CNIConfig, err
 // kproxy's metrics receive the HNS backend's measurements.
 var _ hns.Metrics = (*metrics.Metrics)(nil)
 
-// hnsOptions maps kproxy's configuration onto the HNS backend's for one IP
-// family. hns is nil for a dry run.
-func hnsOptions(o *config.Options, family v1.IPFamily, h hns.HNS, env app.Env) windows.Options {
-	w := o.Winkernel()
-	opts := windows.Options{
-		HNS:                   h,
-		Family:                family,
-		NetworkName:           w.NetworkName,
-		SourceVIP:             w.SourceVIP,
-		EnableDSR:             w.EnableDSR,
-		RootHNSEndpointName:   w.RootHNSEndpointName,
-		ForwardHealthCheckVIP: w.ForwardHealthCheckVIP,
-		CheckPeriod:           o.SyncPeriod(),
-		Logger:                env.Logger,
-	}
-	if env.Metrics != nil {
-		opts.Metrics = env.Metrics
-	}
-	if hz, ok := o.HealthzBindAddress(); ok {
-		opts.HealthzPort = int(hz.Port())
-	}
-	return opts
-}
-
 // kernelspaceDryRun renders the HNS objects of both families as JSON, on any
 // OS, without HNS: the network is taken as an L2Bridge network of that name
 // (an overlay network's remote subnets can only be read from HNS).
 func kernelspaceDryRun(o *config.Options) (app.Backends, error) {
 	var out app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		opts := hnsOptions(o, fam, nil, app.Env{})
+		opts := modeconfig.HNS(o, fam, nil, app.Env{})
 		if opts.NetworkName == "" {
 			opts.NetworkName = "dry-run"
 		}

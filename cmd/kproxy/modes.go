@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 )
@@ -10,9 +11,10 @@ import (
 // it can run (modes_linux.go, modes_windows.go).
 func modes() app.Modes {
 	m := app.Modes{
-		string(config.ModeIPTables):    {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
-		string(config.ModeNFTables):    {NewDryRun: nftablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
-		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError, PodsAlwaysKnown: true},
+		string(config.ModeIPTables): {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
+		string(config.ModeNFTables): {NewDryRun: nftablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
+		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError,
+			PodsAlwaysKnown: modeconfig.PodsAlwaysKnown(string(config.ModeKernelspace))},
 	}
 	addPlatformModes(m)
 	return m

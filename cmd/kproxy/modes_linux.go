@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/logging"
@@ -59,7 +60,7 @@ func newNFTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			}
 			return nil, fmt.Errorf("%s: the nftables mode needs the nft tool and nftables in the kernel: %w", fam, err)
 		}
-		cfg := nftablesConfig(o, fam)
+		cfg := modeconfig.NFTables(o, fam)
 		takeOver := o.TakeOverKubeProxy
 		b, err := linux.NewNFT(linux.NFTOptions{
 			Rules:     cfg,
@@ -88,7 +89,7 @@ func takeOverFromIptables(ctx context.Context, o *config.Options, fam v1.IPFamil
 	log := klog.FromContext(ctx)
 	var errs []error
 	if sys, err := linux.NewSystem(fam, linux.FlavourAuto); err == nil {
-		b, err := linux.New(linux.Options{Rules: iptablesConfig(o, fam), Iptables: sys.Iptables, NFTables: sys.NFTables,
+		b, err := linux.New(linux.Options{Rules: modeconfig.IPTables(o, fam), Iptables: sys.Iptables, NFTables: sys.NFTables,
 			Conntrack: sys.Conntrack, Host: sys.Host})
 		if err == nil {
 			err = b.Cleanup(ctx)
@@ -142,7 +143,7 @@ func newIPTablesBackend(ctx context.Context, o *config.Options, env app.Env) (ap
 			log.Info("IPv6 Services are not proxied: the node has no IPv6 address (other than loopback and link-local)")
 			continue
 		}
-		cfg := iptablesConfig(o, fam)
+		cfg := modeconfig.IPTables(o, fam)
 		cfg.RandomFully = linux.HasRandomFully(sys.Iptables)
 		b, err := linux.New(linux.Options{
 			Rules:        cfg,
@@ -225,7 +226,7 @@ func cleanupOwn(ctx context.Context, o *config.Options) error {
 			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
 			continue
 		}
-		b, err := linux.New(linux.Options{Rules: iptablesConfig(o, fam), Iptables: sys.Iptables, NFTables: sys.NFTables,
+		b, err := linux.New(linux.Options{Rules: modeconfig.IPTables(o, fam), Iptables: sys.Iptables, NFTables: sys.NFTables,
 			Conntrack: sys.Conntrack, Host: sys.Host})
 		if err == nil {
 			err = b.Cleanup(ctx)

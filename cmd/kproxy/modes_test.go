@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
@@ -63,10 +64,10 @@ func TestClassifyErrors(t *testing.T) {
 func TestHNSOptionsMetrics(t *testing.T) {
 	o := config.NewOptions()
 	m := metrics.New(metrics.Options{Mode: metrics.ModeKernelspace})
-	if got := hnsOptions(o, v1.IPv4Protocol, nil, app.Env{Metrics: m}).Metrics; got != hns.Metrics(m) {
+	if got := modeconfig.HNS(o, v1.IPv4Protocol, nil, app.Env{Metrics: m}).Metrics; got != hns.Metrics(m) {
 		t.Errorf("Metrics = %v, want kproxy's", got)
 	}
-	if got := hnsOptions(o, v1.IPv4Protocol, nil, app.Env{}).Metrics; got != nil {
+	if got := modeconfig.HNS(o, v1.IPv4Protocol, nil, app.Env{}).Metrics; got != nil {
 		t.Errorf("dry run Metrics = %#v, want nil (the backend's no-op default)", got)
 	}
 }

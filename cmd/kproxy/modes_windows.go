@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/platform/windows"
@@ -32,7 +33,7 @@ func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Bac
 	}
 	var backends app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		opts := hnsOptions(o, fam, h, env)
+		opts := modeconfig.HNS(o, fam, h, env)
 		hostHNSOptions(&opts, os.Getenv)
 		b, err := windows.New(opts)
 		if err != nil {
@@ -52,7 +53,7 @@ func cleanupHNS(ctx context.Context, o *config.Options) error {
 	}
 	var errs []error
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		opts := hnsOptions(o, fam, h, app.Env{})
+		opts := modeconfig.HNS(o, fam, h, app.Env{})
 		opts.CNIConfig = cniConfigReader(os.Getenv) // the network the CNI names
 		b, err := windows.New(opts)
 		if err == nil {

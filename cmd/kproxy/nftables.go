@@ -3,22 +3,13 @@ package main
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/platform/linux"
-	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
 )
-
-// nftablesConfig is the nftables backend's configuration of one family:
-// the settings both Linux modes share, masquerading fully random (nftables
-// has always had it).
-func nftablesConfig(o *config.Options, fam v1.IPFamily) facts.Config {
-	cfg := iptablesConfig(o, fam)
-	cfg.RandomFully = true
-	return cfg
-}
 
 // nftablesDryRun renders the nft -f input of both families. It never
 // touches the kernel (in-memory nftables), on any OS; the node's local
@@ -27,7 +18,7 @@ func nftablesDryRun(o *config.Options) (app.Backends, error) {
 	var out app.Backends
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		b, err := linux.NewNFT(linux.NFTOptions{
-			Rules:     nftablesConfig(o, fam),
+			Rules:     modeconfig.NFTables(o, fam),
 			NFT:       nftmodel.NewFake(nftables.Family(fam), nftables.TableName),
 			Conntrack: &linux.FakeConntrack{},
 			Host:      &linux.FakeHost{},

@@ -10,9 +10,12 @@
 // installs it on a workstation, where kproxy's backends and the node's
 // flags mean nothing.
 //
-// `kubectl kproxy explain` (the planned path of a connection on a node,
-// from the API server) is not here yet: it is added as one more entry of
-// subcommands, sharing the connection flags below (docs/install.md).
+//	kubectl kproxy explain NODE --to ADDRESS:PORT[/proto] [--from ADDRESS | --from-node | --from-outside] [-o text|json]
+//
+// explain is kproxy explain for NODE without a shell on it: the node's mode
+// and configuration are its kproxy pod's (the container's flags, the
+// ConfigMap the pod mounts), the Services and EndpointSlices the API
+// server's; the plan is computed here, by the same code as kproxy's.
 package main
 
 import (
@@ -40,10 +43,10 @@ type subcommand struct {
 	run     func(ctx context.Context, args []string, conn *connection, stdout, stderr io.Writer) int
 }
 
-// subcommands are the plugin's subcommands by name. explain joins them
-// when it lands (see the package comment).
+// subcommands are the plugin's subcommands by name.
 var subcommands = map[string]subcommand{
-	"status": {summary: "every node's kproxy: mode, version, last sync, quarantined ports, health", run: runStatus},
+	"status":  {summary: "every node's kproxy: mode, version, last sync, quarantined ports, health", run: runStatus},
+	"explain": {summary: "where a connection goes on a node, and why (planned from the API server)", run: runExplain},
 }
 
 func main() {
@@ -90,6 +93,10 @@ type connection struct {
 	kubeconfig, context, namespace string
 	// config, when set, is used instead of the flags (tests).
 	config *rest.Config
+	// clientset, when set, is the client (tests with a fake clientset).
+	clientset kubernetes.Interface
+	// host is the API server's address, once client was called.
+	host string
 }
 
 func (c *connection) addFlags(fs *pflag.FlagSet) {
@@ -99,6 +106,10 @@ func (c *connection) addFlags(fs *pflag.FlagSet) {
 }
 
 func (c *connection) client() (kubernetes.Interface, error) {
+	if c.clientset != nil {
+		c.host = "the test's API server"
+		return c.clientset, nil
+	}
 	cfg := c.config
 	if cfg == nil {
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -112,6 +123,7 @@ func (c *connection) client() (kubernetes.Interface, error) {
 		}
 	}
 	cfg = rest.CopyConfig(cfg)
+	c.host = cfg.Host
 	cfg.UserAgent = "kubectl-kproxy/" + strings.TrimPrefix(version.Version, "v")
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -142,6 +142,16 @@ func NewOptions() *Options {
 	return o
 }
 
+// NewOptionsFor returns options holding the defaults of a node of goos
+// ("linux", "windows"): the configuration of another machine's kproxy, read
+// elsewhere (kubectl kproxy explain on a workstation).
+func NewOptionsFor(goos string) *Options {
+	o := NewOptions()
+	o.goos = goos
+	o.Config = o.defaults()
+	return o
+}
+
 func (o *Options) defaults() *v1alpha1.KubeProxyConfiguration {
 	c := &v1alpha1.KubeProxyConfiguration{}
 	setDefaults(c, o.goos)

@@ -1,4 +1,4 @@
-package main
+package explaincmd
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
@@ -38,7 +39,7 @@ func liveIptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 		}
 		save = append(save, out...)
 	}
-	t, err := linux.LiveIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local), save)
+	t, err := linux.LiveIptables(modeconfig.IPTables(o, fam), FullView(o, snap, fam, local), save)
 	return t, local, err
 }
 
@@ -63,7 +64,7 @@ func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 	if in.Chains, err = runNFT(ctx, "-j", "list", "chains"); err != nil {
 		return nil, nil, err
 	}
-	t, err := linux.LiveNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local), in)
+	t, err := linux.LiveNFT(modeconfig.NFTables(o, fam), FullView(o, snap, fam, local), in)
 	return t, local, err
 }
 

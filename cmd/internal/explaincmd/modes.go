@@ -1,4 +1,4 @@
-package main
+package explaincmd
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
@@ -21,9 +22,9 @@ import (
 // and returns the node's addresses (where NodePorts are served).
 type newTracer func(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error)
 
-// explainModes are the modes `kproxy explain` covers. A mode is a tracer
+// modes are the modes explain covers. A mode is a tracer
 // (plan → trace).
-func explainModes() map[string]newTracer {
+func modes() map[string]newTracer {
 	return map[string]newTracer{
 		string(config.ModeIPTables):    iptablesTracer,
 		string(config.ModeNFTables):    nftablesTracer,
@@ -37,10 +38,10 @@ func plannedNodeAddrs(snap *proxy.Snapshot) []netip.Addr {
 	return append(append([]netip.Addr(nil), snap.Node.Addresses...), netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback())
 }
 
-// fullView is the full intent View of fam for snap on a node with these
+// FullView is the full intent View of fam for snap on a node with these
 // addresses, as the running proxy of o's mode builds it.
-func fullView(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, local []netip.Addr) *intent.View {
-	return app.FullView(app.Settings(o, modes()[string(o.ProxyMode())]), fam, snap, local)
+func FullView(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, local []netip.Addr) *intent.View {
+	return app.FullView(modeconfig.Settings(o), fam, snap, local)
 }
 
 func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
@@ -48,7 +49,7 @@ func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot
 		return liveIptablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedIptables(iptablesConfig(o, fam), fullView(o, snap, fam, local))
+	t, err := linux.PlannedIptables(modeconfig.IPTables(o, fam), FullView(o, snap, fam, local))
 	return t, local, err
 }
 
@@ -57,7 +58,7 @@ func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot
 		return liveNFTablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedNFT(nftablesConfig(o, fam), fullView(o, snap, fam, local))
+	t, err := linux.PlannedNFT(modeconfig.NFTables(o, fam), FullView(o, snap, fam, local))
 	return t, local, err
 }
 
@@ -69,13 +70,13 @@ func kernelspaceTracer(_ context.Context, o *config.Options, snap *proxy.Snapsho
 			return nil, nil, fmt.Errorf("--live needs HNS (a Windows node): %w", err)
 		}
 	}
-	return hnsTracer(o, snap, fam, h, live)
+	return HNSTracer(o, snap, fam, h, live)
 }
 
-// hnsTracer is kernelspaceTracer with the HNS given (nil for planned without
+// HNSTracer is kernelspaceTracer with the HNS given (nil for planned without
 // HNS; a fake HNS in tests).
-func hnsTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
-	opts := hnsOptions(o, fam, h, app.Env{})
+func HNSTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
+	opts := modeconfig.HNS(o, fam, h, app.Env{})
 	if opts.NetworkName == "" {
 		opts.NetworkName = "dry-run"
 	}
