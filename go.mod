@@ -3,6 +3,7 @@ module github.com/kproxy/kproxy
 go 1.26.8
 
 require (
+	github.com/google/btree v1.1.3
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

@@ -260,7 +260,7 @@ func TestSafetyWarningEventsThroughAPIServer(t *testing.T) {
 	}
 	// The rejected update did not take term's endpoint away.
 	snap := h.waitSync("a later (periodic) sync", succeeded).snap
-	if p := snap.IPv4.Ports[term]; p == nil || len(p.ClusterEndpoints) != 1 || p.ClusterEndpoints[0].IP.String() != "10.244.1.60" {
+	if p := snap.IPv4.Get(term); p == nil || len(p.ClusterEndpoints) != 1 || p.ClusterEndpoints[0].IP.String() != "10.244.1.60" {
 		t.Errorf("term's endpoints after the rejected update: %+v", p)
 	}
 }

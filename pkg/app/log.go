@@ -28,7 +28,7 @@ func logChanges(log klog.Logger, snap *proxy.Snapshot, ch proxy.Changes) {
 		}
 		found := false
 		for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			if p := snap.Family(fam).Ports[n]; p != nil {
+			if p := snap.Family(fam).Get(n); p != nil {
 				found = true
 				log.V(2).Info("Desired state", "servicePort", n.String(), "family", fam, "state", proxy.PortYAML(p))
 			}

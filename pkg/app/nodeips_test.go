@@ -138,10 +138,11 @@ func TestSnapshotIPVSScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(snap.IPv4.Ports) == 0 {
+	if snap.IPv4.Len() == 0 {
 		t.Fatal("no IPv4 service port")
 	}
-	for name, sp := range snap.IPv4.Ports {
+	for sp := range snap.IPv4.All() {
+		name := sp.Name
 		if sp.Algorithm != proxy.AlgorithmSourceHash {
 			t.Errorf("%v: algorithm %q, want source-hash from ipvs.scheduler sh", name, sp.Algorithm)
 		}

@@ -15,7 +15,7 @@ func cluster(n, e int) ([]*v1.Service, []*discovery.EndpointSlice) {
 	sls := make([]*discovery.EndpointSlice, 0, n)
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("svc-%d", i)
-		svcs = append(svcs, svc("ns/"+name, []string{fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)}, []string{"http:80"}))
+		svcs = append(svcs, svc("ns/"+name, []string{fmt.Sprintf("10.%d.%d.%d", 96+i/(250*256), (i/250)%256, i%250+1)}, []string{"http:80"}))
 		var eps []ep
 		for j := 0; j < e; j++ {
 			k := i*e + j
@@ -73,7 +73,7 @@ func BenchmarkFullSnapshot(b *testing.B) {
 // BenchmarkOneEndpointChange measures the cost of a snapshot after one
 // EndpointSlice change in a large cluster: only one Service is recomputed.
 func BenchmarkOneEndpointChange(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			svcs, sls := cluster(n, 10)
 			c := New(Options{NodeName: "node1", Logger: ptr(discardLogger())})

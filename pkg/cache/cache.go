@@ -171,7 +171,7 @@ func New(opts Options) *Cache {
 		slices:    map[types.NamespacedName]map[string]*sliceInfo{},
 		sliceHome: map[types.NamespacedName]types.NamespacedName{},
 		dirty:     map[types.NamespacedName]struct{}{},
-		fams:      [2]famState{{ports: map[proxy.ServicePortName]*proxy.ServicePort{}}, {ports: map[proxy.ServicePortName]*proxy.ServicePort{}}},
+		fams:      [2]famState{newFamState(), newFamState()},
 		portNames: map[types.NamespacedName][]proxy.ServicePortName{},
 		changed:   map[proxy.ServicePortName]uint64{},
 		node:      proxy.Node{Name: opts.NodeName},
@@ -472,7 +472,7 @@ func (c *Cache) applyLocked(name types.NamespacedName, fresh [2][]*proxy.Service
 			if !slices.Contains(names, sp.Name) {
 				names = append(names, sp.Name)
 			}
-			if old, ok := c.fams[fam].ports[sp.Name]; ok && equalPorts(old, sp) {
+			if old := c.fams[fam].get(sp.Name); old != nil && equalPorts(old, sp) {
 				continue
 			}
 			mark(sp.Name)
@@ -481,7 +481,7 @@ func (c *Cache) applyLocked(name types.NamespacedName, fresh [2][]*proxy.Service
 	}
 	for _, n := range c.portNames[name] {
 		for fam := range c.fams {
-			if _, ok := c.fams[fam].ports[n]; ok && !seen[famName{fam, n}] {
+			if c.fams[fam].get(n) != nil && !seen[famName{fam, n}] {
 				mark(n)
 				c.fams[fam].remove(n)
 			}

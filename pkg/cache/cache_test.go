@@ -97,8 +97,8 @@ func TestSnapshotIsImmutableAndSharesUnchangedPorts(t *testing.T) {
 	sa := slice("ns/a-1", "a", discovery.AddressTypeIPv4, []string{"80"}, "10.0.1.1")
 	c.OnEndpointSlice(nil, sa)
 	snap1, _ := c.Snapshot()
-	pa1 := snap1.IPv4.Ports[spn("ns/a", "", "")]
-	pb1 := snap1.IPv4.Ports[spn("ns/b", "", "")]
+	pa1 := snap1.IPv4.Get(spn("ns/a", "", ""))
+	pb1 := snap1.IPv4.Get(spn("ns/b", "", ""))
 	before := epList(pa1.ClusterEndpoints)
 
 	sa2 := sa.DeepCopy()
@@ -109,16 +109,16 @@ func TestSnapshotIsImmutableAndSharesUnchangedPorts(t *testing.T) {
 	c.OnService(b, b.DeepCopy())
 	snap2, ch := c.Snapshot()
 
-	if got := epList(snap1.IPv4.Ports[spn("ns/a", "", "")].ClusterEndpoints); got != before {
+	if got := epList(snap1.IPv4.Get(spn("ns/a", "", "")).ClusterEndpoints); got != before {
 		t.Errorf("old snapshot changed: %q", got)
 	}
 	if snap1.IPv4.Len() != 2 || snap2.IPv4.Len() != 3 {
 		t.Errorf("lens %d %d", snap1.IPv4.Len(), snap2.IPv4.Len())
 	}
-	if snap2.IPv4.Ports[spn("ns/b", "", "")] != pb1 {
+	if snap2.IPv4.Get(spn("ns/b", "", "")) != pb1 {
 		t.Errorf("unchanged port b got a new pointer")
 	}
-	if snap2.IPv4.Ports[spn("ns/a", "", "")] == pa1 {
+	if snap2.IPv4.Get(spn("ns/a", "", "")) == pa1 {
 		t.Errorf("changed port a kept its pointer")
 	}
 	if got := changed(ch); !slices.Equal(got, []string{"ns/a", "ns/b", "ns/c"}) {
@@ -169,10 +169,10 @@ func TestSliceRelabelledToAnotherService(t *testing.T) {
 	s2 := slice("ns/x", "b", discovery.AddressTypeIPv4, []string{"80"}, "10.0.1.1")
 	c.OnEndpointSlice(s, s2)
 	snap, ch := c.Snapshot()
-	if got := epList(snap.IPv4.Ports[spn("ns/a", "", "")].ClusterEndpoints); got != "" {
+	if got := epList(snap.IPv4.Get(spn("ns/a", "", "")).ClusterEndpoints); got != "" {
 		t.Errorf("a kept %q", got)
 	}
-	if got := epList(snap.IPv4.Ports[spn("ns/b", "", "")].ClusterEndpoints); got != "10.0.1.1:80" {
+	if got := epList(snap.IPv4.Get(spn("ns/b", "", "")).ClusterEndpoints); got != "10.0.1.1:80" {
 		t.Errorf("b has %q", got)
 	}
 	if len(ch.Ports) != 2 {
@@ -191,7 +191,7 @@ func TestSlicesBeforeTheirServiceAndServiceDeletion(t *testing.T) {
 	a := svc("ns/a", []string{"10.96.0.1", "fd00::1"}, []string{"http:80", "dns:53/UDP"})
 	c.OnService(nil, a)
 	snap, _ = c.Snapshot()
-	if got := epList(snap.IPv4.Ports[spn("ns/a", "http", "")].ClusterEndpoints); got != "10.0.1.1:8080" {
+	if got := epList(snap.IPv4.Get(spn("ns/a", "http", "")).ClusterEndpoints); got != "10.0.1.1:8080" {
 		t.Errorf("endpoints %q", got)
 	}
 	// Drop one port and the IPv6 family.
@@ -228,7 +228,7 @@ func TestNodeLabelChangeReevaluatesEveryService(t *testing.T) {
 	if snap.Node.Zone != "zone-a" || !ch.Node || snap.Node.Addresses[0].String() != "192.168.0.1" {
 		t.Errorf("node %+v", snap.Node)
 	}
-	if got := epList(snap.IPv4.Ports[spn("ns/a", "", "")].ClusterEndpoints); got != "10.0.1.1:80(L)" {
+	if got := epList(snap.IPv4.Get(spn("ns/a", "", "")).ClusterEndpoints); got != "10.0.1.1:80(L)" {
 		t.Errorf("zone-a %q", got)
 	}
 	c.Ack(snap)
@@ -237,7 +237,7 @@ func TestNodeLabelChangeReevaluatesEveryService(t *testing.T) {
 	c.OnNode(nil, n2)
 	snap, ch = c.Snapshot()
 	for _, n := range []string{"ns/a", "ns/b"} {
-		if got := epList(snap.IPv4.Ports[spn(n, "", "")].ClusterEndpoints); got != "10.0.2.1:80" {
+		if got := epList(snap.IPv4.Get(spn(n, "", "")).ClusterEndpoints); got != "10.0.2.1:80" {
 			t.Errorf("%s in zone-b: %q", n, got)
 		}
 	}

@@ -93,7 +93,7 @@ loop:
 		}
 		snap, _ := c.Snapshot()
 		checks++
-		p := snap.IPv4.Ports[name]
+		p := snap.IPv4.Get(name)
 		n := 0
 		if p != nil {
 			n = len(p.ClusterEndpoints)

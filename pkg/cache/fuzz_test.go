@@ -127,7 +127,7 @@ func checkInvariants(t *testing.T, snap *proxy.Snapshot) {
 			t.Fatalf("%s: sorted view has %d ports, map %d", fam, len(view.Sorted()), view.Len())
 		}
 		for i, p := range view.Sorted() {
-			if view.Ports[p.Name] != p {
+			if view.Get(p.Name) != p {
 				t.Fatalf("%s: sorted view holds %s not in the map", fam, p.Name)
 			}
 			if i > 0 && !view.Sorted()[i-1].Name.Less(p.Name) {
@@ -135,7 +135,8 @@ func checkInvariants(t *testing.T, snap *proxy.Snapshot) {
 			}
 		}
 		is4 := fam == v1.IPv4Protocol
-		for name, p := range view.Ports {
+		for p := range view.All() {
+			name := p.Name
 			if p.Name != name || p.Family != fam {
 				t.Fatalf("%s: port filed under %s is %s/%s", fam, name, p.Name, p.Family)
 			}
@@ -258,8 +259,9 @@ func FuzzCache(f *testing.F) {
 			if a.Len() != b.Len() {
 				t.Fatalf("%s: incremental has %v, from scratch %v", fam, portNames(a), portNames(b))
 			}
-			for name, p := range a.Ports {
-				if q := b.Ports[name]; q == nil || !equalPorts(p, q) {
+			for p := range a.All() {
+				name := p.Name
+				if q := b.Get(name); q == nil || !equalPorts(p, q) {
 					t.Fatalf("%s %s: incremental %s differs from scratch %s", fam, name, dump(p), dump(q))
 				}
 			}

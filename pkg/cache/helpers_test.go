@@ -180,7 +180,7 @@ func spn(name, port string, proto v1.Protocol) proxy.ServicePortName {
 
 func mustPort(t *testing.T, snap *proxy.Snapshot, fam v1.IPFamily, name proxy.ServicePortName) *proxy.ServicePort {
 	t.Helper()
-	p := snap.Family(fam).Ports[name]
+	p := snap.Family(fam).Get(name)
 	if p == nil {
 		t.Fatalf("%s port %s missing; have %v", fam, name, portNames(snap.Family(fam)))
 	}

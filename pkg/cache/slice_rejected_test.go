@@ -44,7 +44,7 @@ func TestRejectedSliceUpdateKeepsLastValidVersion(t *testing.T) {
 	endpoints := func(stage, want string) {
 		t.Helper()
 		snap, _ := c.Snapshot()
-		p := snap.IPv4.Ports[web]
+		p := snap.IPv4.Get(web)
 		if p == nil {
 			t.Fatalf("%s: no port %s", stage, web)
 		}
@@ -98,7 +98,7 @@ func TestRejectedSliceUpdateKeepsLastValidVersion(t *testing.T) {
 		t.Errorf("a rejected slice with no earlier version warned through Conflict: %q", conflicts[before:])
 	}
 	mu.Unlock()
-	if snap, _ := c.Snapshot(); len(snap.IPv4.Ports[web].ClusterEndpoints) != 0 {
+	if snap, _ := c.Snapshot(); len(snap.IPv4.Get(web).ClusterEndpoints) != 0 {
 		t.Errorf("a rejected first version was used")
 	}
 }
@@ -114,7 +114,7 @@ func TestSliceMovesBetweenServices(t *testing.T) {
 	c.OnEndpointSlice(stub(first), slice("ns/s", "b", discovery.AddressTypeIPv4, []string{"80"}, "10.0.1.1"))
 	snap, _ := c.Snapshot()
 	for name, want := range map[proxy.ServicePortName]string{spn("ns/a", "", ""): "", spn("ns/b", "", ""): "10.0.1.1:80"} {
-		if got := epList(snap.IPv4.Ports[name].ClusterEndpoints); got != want {
+		if got := epList(snap.IPv4.Get(name).ClusterEndpoints); got != want {
 			t.Errorf("%s: endpoints %q, want %q", name, got, want)
 		}
 	}

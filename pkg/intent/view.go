@@ -36,7 +36,9 @@ type View struct {
 	// whose intent depends on it is in Changed too).
 	NodeChanged bool
 
-	ports   map[proxy.ServicePortName]*Port
+	// ports is never written once the view is built (the Builder
+	// publishes a clone of its own map: O(1), sharing unchanged ports).
+	ports   *proxy.PortMap[*Port]
 	changed map[proxy.ServicePortName]struct{}
 	// problems holds, for every port with some, what its intent left out
 	// (for a port that could not be built at all, why).
@@ -48,21 +50,23 @@ type View struct {
 
 // Port returns the intent of service port n, or nil when the port is not
 // in the view (absent from the snapshot, or left out: see Problems).
-func (v *View) Port(n proxy.ServicePortName) *Port { return v.ports[n] }
+func (v *View) Port(n proxy.ServicePortName) *Port {
+	p, _ := v.ports.Get(n)
+	return p
+}
 
 // Len returns the number of ports with an intent.
-func (v *View) Len() int { return len(v.ports) }
+func (v *View) Len() int { return v.ports.Len() }
 
 // Sorted returns the ports in ServicePortName order. The slice is shared:
 // do not modify it. It is computed on first use (full syncs and dry runs
 // need it, partial syncs do not).
 func (v *View) Sorted() []*Port {
 	v.sortOnce.Do(func() {
-		v.sorted = make([]*Port, 0, len(v.ports))
-		for _, p := range v.ports {
+		v.sorted = make([]*Port, 0, v.ports.Len())
+		for _, p := range v.ports.All() {
 			v.sorted = append(v.sorted, p)
 		}
-		slices.SortFunc(v.sorted, func(a, b *Port) int { return compareNames(a.Name, b.Name) })
 	})
 	return v.sorted
 }
@@ -82,7 +86,7 @@ func (v *View) Changed(n proxy.ServicePortName) bool {
 // a port that is gone or left out.
 func (v *View) ChangedPorts(f func(n proxy.ServicePortName, p *Port)) {
 	for n := range v.changed {
-		f(n, v.ports[n])
+		f(n, v.Port(n))
 	}
 }
 
@@ -148,6 +152,9 @@ type Builder struct {
 	// port owns their ClusterIP frontend.
 	invalid, denied map[proxy.ServicePortName][]proxy.Unsupported
 	own             ownership
+	// cur holds the owned intents of the View being built (after Build:
+	// the last View's); each View gets a clone of it.
+	cur *proxy.PortMap[*Port]
 }
 
 // NewBuilder returns a Builder for family f.
@@ -176,6 +183,7 @@ func (b *Builder) Build(in Input) *View {
 	} else {
 		b.update(in, fv, v, prev)
 	}
+	v.ports = b.cur.Clone()
 	v.problems = b.problemsOf(v, prev)
 	b.last = v
 	return v
@@ -193,19 +201,19 @@ func (b *Builder) rebuild(in Input, fv *proxy.FamilyView, v, prev *View) {
 			b.own.add(raw)
 		}
 	}
-	v.ports = make(map[proxy.ServicePortName]*Port, len(b.raw))
+	b.cur = proxy.NewPortMap[*Port]()
 	for n := range b.raw {
-		b.place(v, n)
+		b.place(n)
 	}
 	if prev != nil {
-		for n, p := range prev.ports {
-			if v.ports[n] != p {
+		for n, p := range prev.ports.All() {
+			if q, _ := b.cur.Get(n); q != p {
 				v.changed[n] = struct{}{}
 			}
 		}
 	}
-	for n := range v.ports {
-		if prev == nil || prev.ports[n] == nil {
+	for n := range b.cur.All() {
+		if prev == nil || prev.Port(n) == nil {
 			v.changed[n] = struct{}{}
 		}
 	}
@@ -228,13 +236,9 @@ func (b *Builder) update(in Input, fv *proxy.FamilyView, v, prev *View) {
 			}
 		}
 	}
-	v.ports = make(map[proxy.ServicePortName]*Port, len(prev.ports)+len(todo))
-	for n, p := range prev.ports {
-		v.ports[n] = p
-	}
 	affected := map[proxy.ServicePortName]struct{}{}
 	for n := range todo {
-		sp := fv.Ports[n]
+		sp := fv.Get(n)
 		old := b.raw[n]
 		_, connsChanged := in.ConnsChanged[n]
 		if old != nil && sp != nil && old.From == sp && !connsChanged && !(v.NodeChanged && DependsOnNodeIPs(sp)) {
@@ -259,28 +263,28 @@ func (b *Builder) update(in Input, fv *proxy.FamilyView, v, prev *View) {
 		}
 	}
 	for n := range affected {
-		b.place(v, n)
-		if v.ports[n] != prev.ports[n] {
+		b.place(n)
+		if q, _ := b.cur.Get(n); q != prev.Port(n) {
 			v.changed[n] = struct{}{}
 		}
 	}
 }
 
-// place puts port n's owned intent into v (or leaves it out).
-func (b *Builder) place(v *View, n proxy.ServicePortName) {
+// place puts port n's owned intent into b.cur (or leaves it out).
+func (b *Builder) place(n proxy.ServicePortName) {
 	delete(b.denied, n)
 	raw := b.raw[n]
 	if raw == nil {
-		delete(v.ports, n)
+		b.cur.Delete(n)
 		return
 	}
 	p, denied := b.own.apply(raw)
 	if p == nil {
-		delete(v.ports, n)
+		b.cur.Delete(n)
 		b.denied[n] = denied
 		return
 	}
-	v.ports[n] = p
+	b.cur.Set(n, p)
 }
 
 // buildPort builds sp's intent into b.raw, or its problems into b.invalid,
@@ -310,19 +314,19 @@ func (b *Builder) problemsOf(v, prev *View) map[proxy.ServicePortName][]proxy.Un
 			out[n] = p.Problems
 		}
 	}
-	if prev == nil || len(v.changed) == len(v.ports) {
-		for n, p := range v.ports {
+	if prev == nil || len(v.changed) == v.ports.Len() {
+		for n, p := range v.ports.All() {
 			add(n, p)
 		}
 		return out
 	}
 	for n, ps := range prev.problems {
-		if _, ch := v.changed[n]; !ch && v.ports[n] != nil {
+		if _, ch := v.changed[n]; !ch && v.Port(n) != nil {
 			out[n] = ps
 		}
 	}
 	for n := range v.changed {
-		add(n, v.ports[n])
+		add(n, v.Port(n))
 	}
 	return out
 }

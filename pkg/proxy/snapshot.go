@@ -3,7 +3,8 @@ package proxy
 import (
 	"context"
 	"io"
-	"sort"
+	"iter"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,37 +29,81 @@ func (s *Snapshot) Family(f v1.IPFamily) *FamilyView {
 }
 
 // FamilyView holds the service ports that have a ClusterIP of one family,
-// with only that family's addresses and endpoints.
+// with only that family's addresses and endpoints. It is immutable and
+// persistent: the cache publishes a view per generation in O(changes),
+// sharing everything unchanged with the previous one (PortMap), so a
+// consumer that reads only the changed ports (Get) does O(changes) work
+// too. Sorted and All walk every port.
 type FamilyView struct {
 	Family v1.IPFamily
-	// Ports maps each service port to its desired state.
-	Ports map[ServicePortName]*ServicePort
-	// sorted holds Ports in ServicePortName order.
-	sorted []*ServicePort
+	// ports is never written once the view is made.
+	ports *PortMap[*ServicePort]
+
+	sortedOnce sync.Once
+	sorted     []*ServicePort
 }
 
-// NewFamilyView builds a view from its ports. The map must not be modified afterwards.
+// NewFamilyView builds a view from its ports. The map may be reused afterwards.
 func NewFamilyView(f v1.IPFamily, ports map[ServicePortName]*ServicePort) *FamilyView {
-	sorted := make([]*ServicePort, 0, len(ports))
-	for _, p := range ports {
-		sorted = append(sorted, p)
+	m := NewPortMap[*ServicePort]()
+	for n, p := range ports {
+		m.Set(n, p)
 	}
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name.Less(sorted[j].Name) })
-	return &FamilyView{Family: f, Ports: ports, sorted: sorted}
+	return &FamilyView{Family: f, ports: m}
 }
 
-// NewSortedFamilyView builds a view from its ports and the same ports in
-// ServicePortName order (the caller guarantees it). Neither may be modified
-// afterwards.
-func NewSortedFamilyView(f v1.IPFamily, ports map[ServicePortName]*ServicePort, sorted []*ServicePort) *FamilyView {
-	return &FamilyView{Family: f, Ports: ports, sorted: sorted}
+// PublishFamilyView returns the view of family f holding ports now: ports
+// may go on changing, the view keeps what it holds (ports is cloned).
+func PublishFamilyView(f v1.IPFamily, ports *PortMap[*ServicePort]) *FamilyView {
+	return &FamilyView{Family: f, ports: ports.Clone()}
 }
 
-// Sorted returns the ports in ServicePortName order. The slice is shared: do not modify it.
-func (v *FamilyView) Sorted() []*ServicePort { return v.sorted }
+// Get returns the port named n, nil when the view has none.
+func (v *FamilyView) Get(n ServicePortName) *ServicePort {
+	if v == nil {
+		return nil
+	}
+	p, _ := v.ports.Get(n)
+	return p
+}
 
 // Len returns the number of service ports.
-func (v *FamilyView) Len() int { return len(v.Ports) }
+func (v *FamilyView) Len() int {
+	if v == nil {
+		return 0
+	}
+	return v.ports.Len()
+}
+
+// All yields the ports in ServicePortName order.
+func (v *FamilyView) All() iter.Seq[*ServicePort] {
+	return func(yield func(*ServicePort) bool) {
+		if v == nil {
+			return
+		}
+		for _, p := range v.ports.All() {
+			if !yield(p) {
+				return
+			}
+		}
+	}
+}
+
+// Sorted returns the ports in ServicePortName order, materialized once per
+// view (O(ports): full syncs and dry runs; a partial sync reads the changed
+// ports with Get). The slice is shared: do not modify it.
+func (v *FamilyView) Sorted() []*ServicePort {
+	if v == nil {
+		return nil
+	}
+	v.sortedOnce.Do(func() {
+		v.sorted = make([]*ServicePort, 0, v.Len())
+		for p := range v.All() {
+			v.sorted = append(v.sorted, p)
+		}
+	})
+	return v.sorted
+}
 
 // Changes tells a backend what changed since its last successful sync.
 type Changes struct {
@@ -97,7 +142,7 @@ func (c Changes) Touches(old, cur *FamilyView) bool {
 		return true
 	}
 	for n := range c.Ports {
-		if old.Ports[n] != nil || cur.Ports[n] != nil {
+		if old.Get(n) != nil || cur.Get(n) != nil {
 			return true
 		}
 	}

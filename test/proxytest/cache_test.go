@@ -44,8 +44,8 @@ func TestTableAgreesWithCache(t *testing.T) {
 				NamespacedName: types.NamespacedName{Namespace: proxytest.Namespace, Name: r.Service},
 				Port:           proxytest.PortName(r.Protocol), Protocol: r.Protocol,
 			}
-			sp, ok := view.Ports[name]
-			if !ok {
+			sp := view.Get(name)
+			if sp == nil {
 				t.Fatalf("cache has no service port %s in %s", name, r.Family)
 			}
 			from, _ := top.Host(r.From)
