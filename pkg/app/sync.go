@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,6 +65,9 @@ type syncer struct {
 	builders   map[v1.IPFamily]*intent.Builder
 	localAddrs func() ([]netip.Addr, error)
 	local      []netip.Addr
+	// stats holds the per-port counts of each family (IPv4, IPv6) of the
+	// acknowledged snapshot.
+	stats [2]familyStats
 }
 
 // maxLoggedPorts bounds how many changed ports one sync logs at -v=2.
@@ -127,8 +132,6 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		}
 		s.unsupported(b.Family, problems)
 		s.metrics.Synced(b.Family, ch.Full, took)
-		s.metrics.NoLocalEndpoints(b.Family, snap.Family(b.Family))
-		s.metrics.PortsByAlgorithm(b.Family, snap.Family(b.Family))
 		s.health.Updated(b.Family)
 	}
 	if len(errs) > 0 {
@@ -136,6 +139,19 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 	}
 	s.cache.Ack(cached)
 	s.acked = cached
+	// The per-port counts follow the acknowledged snapshot, from the
+	// changed ports only.
+	touched, all := map[types.NamespacedName]struct{}{}, false
+	for i, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t, a := s.stats[i].update(snap.Family(f), ch)
+		all = all || a
+		maps.Copy(touched, t)
+	}
+	for _, f := range s.backends.Families() {
+		st := &s.stats[familyIndex(f)]
+		s.metrics.NoLocalEndpointsCounted(f, st.noLocalInternal, st.noLocalExternal)
+		s.metrics.PortsByAlgorithmCounted(f, st.byAlgorithm)
+	}
 	s.metrics.ChangesProgrammed(ch.ServiceEvents, ch.EndpointEvents)
 	for _, f := range s.backends.Families() {
 		s.metrics.Programmed(f, triggersSince(ch.TriggerTimes[f], s.started))
@@ -144,7 +160,11 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		s.services.SetIPs(s.listenIPs(snap.Node))
 		s.listenIPs = nil
 	}
-	s.services.Update(healthcheck.ServicesFromSnapshot(snap))
+	if all {
+		s.services.Update(servicesHealth(&s.stats, nil))
+	} else {
+		s.services.UpdateSome(slices.Collect(maps.Keys(touched)), servicesHealth(&s.stats, touched))
+	}
 	s.reporter.forget()
 	s.scheduleRetry()
 

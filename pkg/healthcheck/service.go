@@ -61,8 +61,10 @@ type ServiceServers struct {
 
 	mu       sync.RWMutex
 	services map[types.NamespacedName]*instance
-	// failed holds the port each Service could not serve, already reported.
-	failed map[types.NamespacedName]int32
+	// failed holds what each Service whose port could not be served asked
+	// for (already reported); owner the Service serving each port.
+	failed map[types.NamespacedName]ServiceHealth
+	owner  map[int32]types.NamespacedName
 	closed bool
 	// explicit is set by SetIPs: opts.IPs is the list even when empty.
 	explicit bool
@@ -80,7 +82,8 @@ func NewServiceServers(o ServiceOptions) *ServiceServers {
 		o.Listen = net.Listen
 	}
 	s := &ServiceServers{opts: o, log: klog.Background(),
-		services: map[types.NamespacedName]*instance{}, failed: map[types.NamespacedName]int32{}}
+		services: map[types.NamespacedName]*instance{}, failed: map[types.NamespacedName]ServiceHealth{},
+		owner: map[int32]types.NamespacedName{}}
 	if o.Logger != nil {
 		s.log = *o.Logger
 	}
@@ -103,46 +106,81 @@ func (s *ServiceServers) SetIPs(ips []netip.Addr) {
 // the local endpoint counts. A port that cannot be opened, or that another
 // Service already uses, is reported and skipped; the others are unaffected.
 func (s *ServiceServers) Update(want map[types.NamespacedName]ServiceHealth) {
+	s.mu.RLock()
+	names := make([]types.NamespacedName, 0, len(want)+len(s.services))
+	for name := range s.services {
+		names = append(names, name)
+	}
+	for name := range s.failed {
+		names = append(names, name)
+	}
+	s.mu.RUnlock()
+	for name := range want {
+		names = append(names, name)
+	}
+	s.UpdateSome(names, want)
+}
+
+// UpdateSome is Update for the Services in names only (want holds those of
+// them that have a port; the others' ports are closed): the app's partial
+// syncs name the Services whose ports changed, so that the cost does not
+// grow with the number of health check node ports. The ports that failed
+// before are retried whether named or not.
+func (s *ServiceServers) UpdateSome(names []types.NamespacedName, want map[types.NamespacedName]ServiceHealth) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	for name, inst := range s.services {
-		if w, ok := want[name]; !ok || w.Port != inst.port {
+	named := make(map[types.NamespacedName]bool, len(names))
+	for _, name := range names {
+		named[name] = true
+	}
+	for name := range named {
+		w, ok := want[name]
+		if inst := s.services[name]; inst != nil && (!ok || w.Port != inst.port) {
 			s.log.V(2).Info("Closing health check node port", "service", name.String(), "port", inst.port)
 			inst.close()
 			delete(s.services, name)
+			if s.owner[inst.port] == name {
+				delete(s.owner, inst.port)
+			}
 		}
-	}
-	for name := range s.failed {
-		if w, ok := want[name]; !ok || w.Port != s.failed[name] {
+		if f, failed := s.failed[name]; failed && (!ok || w.Port != f.Port) {
 			delete(s.failed, name)
 		}
 	}
-
-	names := make([]types.NamespacedName, 0, len(want))
-	for name := range want {
-		names = append(names, name)
+	// What to serve: the named Services that have a port, and the failed
+	// ones again (with what they asked for then, unless named).
+	todo := map[types.NamespacedName]ServiceHealth{}
+	for name := range named {
+		if w, ok := want[name]; ok {
+			todo[name] = w
+		}
 	}
-	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
-	owner := map[int32]types.NamespacedName{}
-	for name, inst := range s.services {
-		owner[inst.port] = name
+	for name, f := range s.failed {
+		if !named[name] {
+			todo[name] = f
+		}
 	}
-	for _, name := range names {
-		w := want[name]
+	order := make([]types.NamespacedName, 0, len(todo))
+	for name := range todo {
+		order = append(order, name)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].String() < order[j].String() })
+	for _, name := range order {
+		w := todo[name]
 		if inst := s.services[name]; inst != nil {
 			inst.endpoints = w.LocalEndpoints
 			continue
 		}
-		if other, taken := owner[w.Port]; taken {
-			s.fail(name, w.Port, fmt.Errorf("port %d is already the health check node port of Service %s", w.Port, other))
+		if other, taken := s.owner[w.Port]; taken {
+			s.fail(name, w, fmt.Errorf("port %d is already the health check node port of Service %s", w.Port, other))
 			continue
 		}
 		inst := &instance{port: w.Port, endpoints: w.LocalEndpoints}
 		if err := s.open(name, inst); err != nil {
-			s.fail(name, w.Port, err)
+			s.fail(name, w, err)
 			continue
 		}
 		if _, retried := s.failed[name]; retried {
@@ -151,17 +189,19 @@ func (s *ServiceServers) Update(want map[types.NamespacedName]ServiceHealth) {
 		}
 		s.log.V(2).Info("Opened health check node port", "service", name.String(), "port", w.Port)
 		s.services[name] = inst
-		owner[w.Port] = name
+		s.owner[w.Port] = name
 	}
 }
 
 // fail reports a port that cannot be served, once.
-func (s *ServiceServers) fail(name types.NamespacedName, port int32, err error) {
-	if p, reported := s.failed[name]; reported && p == port {
+func (s *ServiceServers) fail(name types.NamespacedName, w ServiceHealth, err error) {
+	port := w.Port
+	if f, reported := s.failed[name]; reported && f.Port == port {
+		s.failed[name] = w
 		s.log.V(4).Info("Health check node port still unavailable", "service", name.String(), "port", port, "err", err)
 		return
 	}
-	s.failed[name] = port
+	s.failed[name] = w
 	s.log.Error(err, "Cannot serve the health check node port; load balancers will see this node as unhealthy for the Service", "service", name.String(), "port", port)
 	if s.opts.Report != nil {
 		s.opts.Report(name, ReasonFailedToStart, fmt.Sprintf("cannot serve health check node port %d: %v", port, err))
@@ -227,6 +267,7 @@ func (s *ServiceServers) Close() {
 		inst.close()
 	}
 	clear(s.services)
+	clear(s.owner)
 	s.closed = true
 }
 

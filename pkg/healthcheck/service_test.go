@@ -3,6 +3,8 @@ package healthcheck
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strconv"
@@ -266,3 +268,67 @@ func TestServicesFromSnapshot(t *testing.T) {
 		t.Errorf("nil snapshot: %v", got)
 	}
 }
+
+// TestUpdateSomeEqualsUpdate: updating only the Services that changed
+// (UpdateSome, the app's partial syncs) serves what updating with every
+// Service does (Update), through random changes, port moves, clashes of
+// two Services on one port, and ports that cannot be opened for a while
+// (retried by both).
+func TestUpdateSomeEqualsUpdate(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 9))
+	busy := map[string]bool{} // addresses that refuse to listen for now
+	listen := func(network, address string) (net.Listener, error) {
+		if busy[address] {
+			return nil, fmt.Errorf("listen %s: address already in use", address)
+		}
+		return newIdle(address), nil
+	}
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	full := NewServiceServers(ServiceOptions{IPs: ip, Listen: listen})
+	some := NewServiceServers(ServiceOptions{IPs: ip, Listen: listen})
+	defer full.Close()
+	defer some.Close()
+	want := map[types.NamespacedName]ServiceHealth{}
+	for step := range 300 {
+		var changed []types.NamespacedName
+		for range rnd.IntN(3) + 1 {
+			name := types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("s%d", rnd.IntN(8))}
+			changed = append(changed, name)
+			if rnd.IntN(4) == 0 {
+				delete(want, name)
+			} else {
+				want[name] = ServiceHealth{Port: int32(31000 + rnd.IntN(10)), LocalEndpoints: rnd.IntN(3)}
+			}
+		}
+		clear(busy)
+		if rnd.IntN(3) == 0 {
+			busy[fmt.Sprintf("192.0.2.1:%d", 31000+rnd.IntN(10))] = true
+		}
+		full.Update(maps.Clone(want))
+		some.UpdateSome(changed, maps.Clone(want))
+		if a, b := full.Serving(), some.Serving(); !maps.Equal(a, b) {
+			t.Fatalf("step %d: Update serves %v, UpdateSome %v (want %v)", step, a, b, want)
+		}
+		for name := range some.Serving() {
+			if full.services[name].endpoints != some.services[name].endpoints {
+				t.Fatalf("step %d: %s: %d local endpoints after Update, %d after UpdateSome", step, name,
+					full.services[name].endpoints, some.services[name].endpoints)
+			}
+		}
+	}
+}
+
+// idle is a listener that accepts nothing until closed.
+type idle struct {
+	addr   string
+	closed chan struct{}
+	once   *sync.Once
+}
+
+func newIdle(addr string) idle {
+	return idle{addr: addr, closed: make(chan struct{}), once: &sync.Once{}}
+}
+
+func (l idle) Accept() (net.Conn, error) { <-l.closed; return nil, net.ErrClosed }
+func (l idle) Close() error              { l.once.Do(func() { close(l.closed) }); return nil }
+func (l idle) Addr() net.Addr            { a, _ := net.ResolveTCPAddr("tcp", l.addr); return a }

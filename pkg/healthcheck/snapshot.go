@@ -19,16 +19,28 @@ import (
 // move away from it. A dual-stack pod counts once (the larger of the
 // per-family counts), as each upstream per-family server would report it.
 func ServicesFromSnapshot(snap *proxy.Snapshot) map[types.NamespacedName]ServiceHealth {
-	out := map[types.NamespacedName]ServiceHealth{}
 	if snap == nil {
-		return out
+		return map[types.NamespacedName]ServiceHealth{}
 	}
-	for _, view := range []*proxy.FamilyView{snap.IPv4, snap.IPv6} {
-		if view == nil {
-			continue
+	var fams [2][]*proxy.ServicePort
+	for i, view := range []*proxy.FamilyView{snap.IPv4, snap.IPv6} {
+		for p := range view.All() {
+			if p.HealthCheckNodePort != 0 {
+				fams[i] = append(fams[i], p)
+			}
 		}
+	}
+	return ServicesFromPorts(fams[0], fams[1])
+}
+
+// ServicesFromPorts is ServicesFromSnapshot for the ports of each family
+// that have a health check node port (others are ignored), as the app keeps
+// them from sync to sync.
+func ServicesFromPorts(families ...[]*proxy.ServicePort) map[types.NamespacedName]ServiceHealth {
+	out := map[types.NamespacedName]ServiceHealth{}
+	for _, ports := range families {
 		ips := map[types.NamespacedName]map[netip.Addr]struct{}{}
-		for _, p := range view.Sorted() {
+		for _, p := range ports {
 			if p.HealthCheckNodePort == 0 {
 				continue
 			}

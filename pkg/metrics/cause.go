@@ -59,19 +59,23 @@ func known(c Cause) bool {
 // Local (and an external frontend). A port with both counts in both. Ports
 // with no endpoints at all are rejected, not counted.
 func CountNoLocalEndpoints(view *proxy.FamilyView) (internal, external int) {
-	if view == nil {
-		return 0, 0
-	}
-	for _, p := range view.Sorted() {
-		if !p.HasAnyEndpoints || len(p.LocalEndpoints) > 0 {
-			continue
-		}
-		if p.InternalPolicyLocal {
+	for p := range view.All() {
+		i, e := NoLocalEndpointsOf(p)
+		if i {
 			internal++
 		}
-		if p.ExternalPolicyLocal {
+		if e {
 			external++
 		}
 	}
 	return internal, external
+}
+
+// NoLocalEndpointsOf tells whether p counts in CountNoLocalEndpoints'
+// internal and external numbers.
+func NoLocalEndpointsOf(p *proxy.ServicePort) (internal, external bool) {
+	if !p.HasAnyEndpoints || len(p.LocalEndpoints) > 0 {
+		return false, false
+	}
+	return p.InternalPolicyLocal, p.ExternalPolicyLocal
 }

@@ -321,6 +321,12 @@ func (m *Metrics) ChangesProgrammed(services, endpoints int) {
 // policy finds no endpoint on this node (see CountNoLocalEndpoints).
 func (m *Metrics) NoLocalEndpoints(f v1.IPFamily, view *proxy.FamilyView) {
 	internal, external := CountNoLocalEndpoints(view)
+	m.NoLocalEndpointsCounted(f, internal, external)
+}
+
+// NoLocalEndpointsCounted sets the numbers NoLocalEndpoints counts, counted
+// by the caller (kept up to date from the changed ports).
+func (m *Metrics) NoLocalEndpointsCounted(f v1.IPFamily, internal, external int) {
 	m.noLocalEndpoints.WithLabelValues(string(f), TrafficPolicyInternal).Set(float64(internal))
 	m.noLocalEndpoints.WithLabelValues(string(f), TrafficPolicyExternal).Set(float64(external))
 }
@@ -329,11 +335,15 @@ func (m *Metrics) NoLocalEndpoints(f v1.IPFamily, view *proxy.FamilyView) {
 // load-balancing algorithm (proxy.ServicePort.EffectiveAlgorithm).
 func (m *Metrics) PortsByAlgorithm(f v1.IPFamily, view *proxy.FamilyView) {
 	counts := make(map[proxy.Algorithm]int, len(proxy.Algorithms))
-	if view != nil {
-		for _, p := range view.Sorted() {
-			counts[p.EffectiveAlgorithm()]++
-		}
+	for p := range view.All() {
+		counts[p.EffectiveAlgorithm()]++
 	}
+	m.PortsByAlgorithmCounted(f, counts)
+}
+
+// PortsByAlgorithmCounted sets the numbers PortsByAlgorithm counts, counted
+// by the caller.
+func (m *Metrics) PortsByAlgorithmCounted(f v1.IPFamily, counts map[proxy.Algorithm]int) {
 	for _, a := range proxy.Algorithms {
 		m.byAlgorithm.WithLabelValues(string(f), string(a)).Set(float64(counts[a]))
 	}

@@ -20,24 +20,11 @@ const LeastConnRefresh = 5 * time.Second
 
 const leastConnCostFactor = 10
 
-// leastConnEndpoints lists the endpoints of the least-connection TCP ports
-// of view, per port. Only TCP has connections conntrack calls established:
-// UDP and SCTP least-connection ports spread evenly.
-func leastConnEndpoints(view *proxy.FamilyView) map[proxy.ServicePortName][]proxy.Endpoint {
-	var out map[proxy.ServicePortName][]proxy.Endpoint
-	if view == nil {
-		return nil
-	}
-	for _, sp := range view.Sorted() {
-		if sp.EffectiveAlgorithm() != proxy.AlgorithmLeastConnection || sp.Protocol != v1.ProtocolTCP {
-			continue
-		}
-		if out == nil {
-			out = map[proxy.ServicePortName][]proxy.Endpoint{}
-		}
-		out[sp.Name] = sp.AllReachableEndpoints()
-	}
-	return out
+// leastConnPort reports whether sp's endpoints need connection counts: a
+// least-connection TCP port (only TCP has connections conntrack calls
+// established: UDP and SCTP least-connection ports spread evenly).
+func leastConnPort(sp *proxy.ServicePort) bool {
+	return sp != nil && sp.EffectiveAlgorithm() == proxy.AlgorithmLeastConnection && sp.Protocol == v1.ProtocolTCP
 }
 
 // leastConn holds the established connections per endpoint of one
@@ -52,6 +39,34 @@ type leastConn struct {
 	conns map[proxy.ServicePortName]map[netip.AddrPort]int
 	at    time.Time
 	cost  time.Duration
+	// view is the view ports was last updated to; ports its
+	// least-connection ports, kept from the changed ports only (a
+	// partial sync does not walk every port).
+	view  *proxy.FamilyView
+	ports map[proxy.ServicePortName]*proxy.ServicePort
+}
+
+// track updates b.ports to view. ch names every port that differs between
+// b.view and view (the cache's changes since the last acknowledged
+// snapshot do: b.view is never older).
+func (b *leastConn) track(view *proxy.FamilyView, ch proxy.Changes) {
+	if b.view == nil || ch.Full {
+		b.ports = map[proxy.ServicePortName]*proxy.ServicePort{}
+		for sp := range view.All() {
+			if leastConnPort(sp) {
+				b.ports[sp.Name] = sp
+			}
+		}
+	} else {
+		for n := range ch.Ports {
+			if sp := view.Get(n); leastConnPort(sp) {
+				b.ports[n] = sp
+			} else {
+				delete(b.ports, n)
+			}
+		}
+	}
+	b.view = view
 }
 
 // refresh reads the connection counts of the least-connection ports
@@ -59,14 +74,14 @@ type leastConn struct {
 // of them: new endpoints get counts from the start; both within the cost
 // cap) and returns the ports whose counts changed (to be re-rendered).
 func (b *leastConn) refresh(view *proxy.FamilyView, ch proxy.Changes, now time.Time) map[proxy.ServicePortName]struct{} {
-	ports := leastConnEndpoints(view)
-	if len(ports) == 0 {
+	b.track(view, ch)
+	if len(b.ports) == 0 {
 		b.conns = nil
 		return nil
 	}
 	due := b.due(now)
 	if !due && now.Sub(b.at) >= leastConnCostFactor*b.cost {
-		for n := range ports {
+		for n := range b.ports {
 			if ch.Changed(n) {
 				due = true
 				break
@@ -78,9 +93,11 @@ func (b *leastConn) refresh(view *proxy.FamilyView, ch proxy.Changes, now time.T
 		// until the next read.
 		return nil
 	}
+	ports := make(map[proxy.ServicePortName][]proxy.Endpoint, len(b.ports))
 	want := map[netip.AddrPort]bool{}
-	for _, eps := range ports {
-		for _, ep := range eps {
+	for n, sp := range b.ports {
+		ports[n] = sp.AllReachableEndpoints()
+		for _, ep := range ports[n] {
 			want[ep.AddrPort()] = true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
@@ -111,5 +112,59 @@ func TestLeastConnectionReadsOnEndpointChange(t *testing.T) {
 	w.mustSync(false)
 	if w.ct.Counts != 2 {
 		t.Errorf("a new endpoint did not read the counts: %d reads", w.ct.Counts)
+	}
+}
+
+// TestLeastConnectionTracksChangedPorts: the least-connection ports are
+// kept from the changed ports of each sync, and equal those of the whole
+// view after ports become, stay and stop being least-connection ones.
+func TestLeastConnectionTracksChangedPorts(t *testing.T) {
+	name := func(s string) proxy.ServicePortName {
+		return proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: s}, Protocol: v1.ProtocolTCP}
+	}
+	port := func(s string, alg proxy.Algorithm, proto v1.Protocol) *proxy.ServicePort {
+		n := name(s)
+		n.Protocol = proto
+		return &proxy.ServicePort{Name: n, Protocol: proto, Algorithm: alg}
+	}
+	steps := []map[string]*proxy.ServicePort{
+		{"a": port("a", proxy.AlgorithmLeastConnection, v1.ProtocolTCP), "b": port("b", "", v1.ProtocolTCP)},
+		{"a": port("a", proxy.AlgorithmLeastConnection, v1.ProtocolTCP), "b": port("b", proxy.AlgorithmLeastConnection, v1.ProtocolTCP)},
+		{"a": port("a", proxy.AlgorithmRoundRobin, v1.ProtocolTCP), "b": port("b", proxy.AlgorithmLeastConnection, v1.ProtocolTCP)},
+		{"b": port("b", proxy.AlgorithmLeastConnection, v1.ProtocolTCP), "c": port("c", proxy.AlgorithmLeastConnection, v1.ProtocolUDP)},
+		{},
+	}
+	var lc leastConn
+	prev := map[string]*proxy.ServicePort{}
+	for i, step := range steps {
+		m := map[proxy.ServicePortName]*proxy.ServicePort{}
+		ch := proxy.Changes{Full: i == 0, Ports: map[proxy.ServicePortName]struct{}{}}
+		for k, p := range step {
+			m[name(k)] = p
+			if q := prev[k]; q == nil || q.Algorithm != p.Algorithm {
+				ch.Ports[name(k)] = struct{}{}
+			}
+		}
+		for k := range prev {
+			if step[k] == nil {
+				ch.Ports[name(k)] = struct{}{}
+			}
+		}
+		lc.track(proxy.NewFamilyView(v1.IPv4Protocol, m), ch)
+		want := map[proxy.ServicePortName]bool{}
+		for n, p := range m {
+			if leastConnPort(p) {
+				want[n] = true
+			}
+		}
+		if len(lc.ports) != len(want) {
+			t.Fatalf("step %d: tracked %v, want %v", i, lc.ports, want)
+		}
+		for n := range lc.ports {
+			if !want[n] {
+				t.Fatalf("step %d: tracked %v, want %v", i, lc.ports, want)
+			}
+		}
+		prev = step
 	}
 }
