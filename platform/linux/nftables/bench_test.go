@@ -22,10 +22,10 @@ func benchPorts(b testing.TB, n, eps int) ([]*proxy.ServicePort, map[proxy.Servi
 	var sps []*proxy.ServicePort
 	for i := 0; i < n; i++ {
 		name := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}, Port: "http", Protocol: v1.ProtocolTCP}
-		sp := &proxy.ServicePort{Name: name, Family: v1.IPv4Protocol, ClusterIP: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: v1.ProtocolTCP, HasAnyEndpoints: true}
+		sp := &proxy.ServicePort{Name: name, Family: v1.IPv4Protocol, ClusterIP: netip.AddrFrom4([4]byte{10, byte(96 + i>>16), byte(i >> 8), byte(i)}), Port: 80, Protocol: v1.ProtocolTCP, HasAnyEndpoints: true}
 		for j := 0; j < eps; j++ {
 			k := i*eps + j
-			sp.ClusterEndpoints = append(sp.ClusterEndpoints, proxy.Endpoint{IP: netip.AddrFrom4([4]byte{10, byte(128 + k>>16), byte(k >> 8), byte(k)}), Port: 8080, Ready: true, Serving: true})
+			sp.ClusterEndpoints = append(sp.ClusterEndpoints, proxy.Endpoint{IP: netip.AddrFrom4([4]byte{byte(11 + k>>24), byte(k >> 16), byte(k >> 8), byte(k)}), Port: 8080, Ready: true, Serving: true})
 		}
 		ports[name] = nfttest.Build(b, sp)
 		sps = append(sps, sp)
@@ -47,13 +47,24 @@ func BenchmarkRenderFull10k(b *testing.B) {
 
 // BenchmarkRenderChange10k: one endpoint of one of 10,000 Services
 // replaced, rendered against the record of the full render.
-func BenchmarkRenderChange10k(b *testing.B) {
+func BenchmarkRenderChange10k(b *testing.B) { benchRenderChange(b, 10000) }
+
+// BenchmarkRenderChange: the same at 1,000, 10,000 and 100,000 Services:
+// the cost must not grow with the number of Services.
+func BenchmarkRenderChange(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) { benchRenderChange(b, n) })
+	}
+}
+
+func benchRenderChange(b *testing.B, n int) {
 	rd := nfttest.Renderer(b, nfttest.Config())
-	sps, ports := benchPorts(b, 10000, 10)
+	sps, ports := benchPorts(b, n, 10)
 	_, a := rd.Render(nftables.Input{Full: true, Ports: ports, Node: nfttest.Node}, nil)
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		sp := *sps[5000]
+		sp := *sps[n/2]
 		sp.ClusterEndpoints = append([]proxy.Endpoint(nil), sp.ClusterEndpoints...)
 		sp.ClusterEndpoints[0].Port = int32(9000 + i%100)
 		p := nfttest.Build(b, &sp)

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/intent"
+	"github.com/kproxy/kproxy/pkg/pmap"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 )
@@ -67,15 +68,17 @@ type Plan struct {
 // Applied it is given, and the one it returns must only be used (kept) once
 // its transaction succeeded.
 type Applied struct {
-	gen   uint64
-	node  Node
-	base  bool
-	ports map[proxy.ServicePortName]*appliedPort
+	gen  uint64
+	node Node
+	base bool
+	// The maps are persistent (package pmap): a partial render clones the
+	// record in O(1) and copies only what it changes.
+	ports *proxy.PortMap[*appliedPort]
 	// shared counts the references to each shared chain (by name); their
 	// definitions are in defs.
-	shared  map[string]int
-	defs    map[string]chainDef
-	hairpin map[netip.Addr]int
+	shared  *pmap.Map[string, int]
+	defs    *pmap.Map[string, chainDef]
+	hairpin *pmap.Map[netip.Addr, int]
 	// elements, chains and rules count what the table holds; fixed and
 	// own count the fixed chains and the ports' own chains.
 	elements, chains, rules, fixed, own int
@@ -91,31 +94,34 @@ func (a *Applied) Ports() int {
 	if a == nil {
 		return 0
 	}
-	return len(a.ports)
+	return a.ports.Len()
 }
 
 // Intent returns the intent a port was rendered from (nil: not rendered).
 func (a *Applied) Intent(n proxy.ServicePortName) *intent.Port {
-	if a == nil || a.ports[n] == nil {
+	if a == nil {
 		return nil
 	}
-	return a.ports[n].in
+	if ap := a.ports.Value(n); ap != nil {
+		return ap.in
+	}
+	return nil
 }
 
 func (a *Applied) clone() *Applied {
 	return &Applied{
 		gen: a.gen, node: a.node, base: a.base,
-		ports:    maps.Clone(a.ports),
-		shared:   maps.Clone(a.shared),
-		defs:     maps.Clone(a.defs),
-		hairpin:  maps.Clone(a.hairpin),
+		ports:    a.ports.Clone(),
+		shared:   a.shared.Clone(),
+		defs:     a.defs.Clone(),
+		hairpin:  a.hairpin.Clone(),
 		elements: a.elements, chains: a.chains, rules: a.rules, fixed: a.fixed, own: a.own,
 	}
 }
 
 func emptyApplied(gen uint64) *Applied {
-	return &Applied{gen: gen, ports: map[proxy.ServicePortName]*appliedPort{}, shared: map[string]int{},
-		defs: map[string]chainDef{}, hairpin: map[netip.Addr]int{}}
+	return &Applied{gen: gen, ports: proxy.NewPortMap[*appliedPort](), shared: pmap.NewOrdered[string, int](),
+		defs: pmap.NewOrdered[string, chainDef](), hairpin: pmap.New[netip.Addr, int](netip.Addr.Less)}
 }
 
 // Renderer renders one family's table. It is pure and stateless apart from
@@ -153,6 +159,11 @@ type tx struct {
 	stats               Stats
 	// full: every chain written is flushed first (it may exist).
 	full bool
+	// touchedShared and touchedHairpin: the shared chains and hairpin
+	// addresses whose counts a partial render changed (finish looks only
+	// at those).
+	touchedShared  map[string]struct{}
+	touchedHairpin map[netip.Addr]struct{}
 }
 
 // op is an operation on an object other than an element.
@@ -382,7 +393,7 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 		p := in.Ports[n]
 		var old *appliedPort
 		if !full {
-			old = last.ports[n]
+			old = last.ports.Value(n)
 		}
 		var out *portOut
 		if p != nil {
@@ -419,9 +430,9 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 	} else {
 		next.elements += t.stats.AddedElements - t.stats.DeletedElements
 	}
-	next.chains = next.fixed + len(next.shared) + next.own
+	next.chains = next.fixed + next.shared.Len() + next.own
 	plan.Stats = t.stats
-	plan.Stats.ServicePorts = len(next.ports)
+	plan.Stats.ServicePorts = next.ports.Len()
 	plan.Stats.Elements = next.elements
 	plan.Stats.Chains = next.chains
 	plan.Stats.Rules = next.rules
@@ -521,7 +532,7 @@ func (rd *Renderer) writeFixed(r *renderer, t *tx, in Input, next *Applied) {
 }
 
 func (rd *Renderer) wantChain(a *Applied, name string) bool {
-	if a.shared[name] > 0 {
+	if a.shared.Value(name) > 0 {
 		return true
 	}
 	for _, c := range newRenderer(rd.cfg, a.node.PodSources).fixedChains(a.node) {
@@ -532,7 +543,7 @@ func (rd *Renderer) wantChain(a *Applied, name string) bool {
 	// A port's own chain: "port-<key>-..." (few: scan the ports that have
 	// some).
 	if strings.HasPrefix(name, "port-") {
-		for _, ap := range a.ports {
+		for _, ap := range a.ports.All() {
 			if ap.out != nil && slices.ContainsFunc(ap.out.own, func(c chainDef) bool { return c.name == name }) {
 				return true
 			}
@@ -548,7 +559,7 @@ func (rd *Renderer) wantSet(r *renderer, a *Applied, name string) bool {
 		}
 	}
 	if strings.HasPrefix(name, "aff-") {
-		for _, ap := range a.ports {
+		for _, ap := range a.ports.All() {
 			if ap.out != nil && slices.ContainsFunc(ap.out.sets, func(s setDef) bool { return s.name == name }) {
 				return true
 			}
@@ -635,8 +646,9 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 	// Shared chains are counted here and written once every port is done
 	// (finishShared): one port may give up a chain another now needs.
 	for _, c := range out.shared {
-		a.shared[c.name]++
-		a.defs[c.name] = c
+		a.shared.Set(c.name, a.shared.Value(c.name)+1)
+		a.defs.Set(c.name, c)
+		t.touchShared(c.name)
 	}
 	// Elements.
 	if len(oldOut.elems) == 0 {
@@ -668,12 +680,16 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 	// Hairpin addresses: a set shared by every port, counted and written
 	// once every port is done.
 	for _, h := range oldOut.hairpin {
-		if a.hairpin[h]--; a.hairpin[h] <= 0 {
-			delete(a.hairpin, h)
+		if n := a.hairpin.Value(h) - 1; n > 0 {
+			a.hairpin.Set(h, n)
+		} else {
+			a.hairpin.Delete(h)
 		}
+		t.touchHairpin(h)
 	}
 	for _, h := range out.hairpin {
-		a.hairpin[h]++
+		a.hairpin.Set(h, a.hairpin.Value(h)+1)
+		t.touchHairpin(h)
 	}
 	// What nothing points at any more: a port's own chains in reverse
 	// order (each points only at chains before it).
@@ -684,9 +700,12 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 		}
 	}
 	for _, c := range oldOut.shared {
-		if a.shared[c.name]--; a.shared[c.name] <= 0 {
-			delete(a.shared, c.name)
+		if n := a.shared.Value(c.name) - 1; n > 0 {
+			a.shared.Set(c.name, n)
+		} else {
+			a.shared.Delete(c.name)
 		}
+		t.touchShared(c.name)
 	}
 	a.own += len(out.own) - len(oldOut.own)
 	newSets := map[string]bool{}
@@ -699,50 +718,74 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 		}
 	}
 	if p == nil {
-		delete(a.ports, n)
+		a.ports.Delete(n)
 		return
 	}
-	a.ports[n] = &appliedPort{in: p, out: out}
+	a.ports.Set(n, &appliedPort{in: p, out: out})
 }
 
 // finish writes the shared chains a first reference needs and deletes those
 // nothing refers to any more, and updates the hairpin set, now that every
-// port is done.
+// port is done. A partial render looks only at the chains and addresses
+// its ports counted (t.touched*), a full one at every one.
 func (rd *Renderer) finish(t *tx, last, next *Applied, full bool) {
-	var oldShared map[string]int
-	var oldHairpin map[netip.Addr]int
+	var oldShared *pmap.Map[string, int]
+	var oldHairpin *pmap.Map[netip.Addr, int]
+	var shared, gone []string
+	var hairpins []netip.Addr
 	if !full && last != nil {
 		oldShared, oldHairpin = last.shared, last.hairpin
+		shared = slices.Sorted(maps.Keys(t.touchedShared))
+		gone = shared
+		hairpins = slices.SortedFunc(maps.Keys(t.touchedHairpin), netip.Addr.Compare)
+	} else {
+		shared = slices.Collect(next.shared.Keys())
+		hairpins = slices.Collect(next.hairpin.Keys())
 	}
-	for _, name := range slices.Sorted(maps.Keys(next.shared)) {
-		if oldShared[name] == 0 {
-			c := next.defs[name]
+	for _, name := range shared {
+		if oldShared.Value(name) == 0 && next.shared.Value(name) > 0 {
+			c := next.defs.Value(name)
 			t.addChain(c)
 			next.rules += len(c.rules)
 		}
 	}
 	// The route chains (masq-, split-) point at the DNAT chains: delete
 	// them first.
-	gone := slices.SortedFunc(maps.Keys(oldShared), func(a, b string) int {
+	gone = slices.Clone(gone)
+	slices.SortFunc(gone, func(a, b string) int {
 		return cmp.Or(cmp.Compare(b2i(strings.HasPrefix(a, "dnat-")), b2i(strings.HasPrefix(b, "dnat-"))), cmp.Compare(a, b))
 	})
 	for _, name := range gone {
-		if next.shared[name] == 0 {
+		if oldShared.Value(name) > 0 && next.shared.Value(name) == 0 {
 			t.delChain(name)
-			next.rules -= len(last.defs[name].rules)
-			delete(next.defs, name)
+			next.rules -= len(last.defs.Value(name).rules)
+			next.defs.Delete(name)
 		}
 	}
-	for _, h := range slices.SortedFunc(maps.Keys(next.hairpin), netip.Addr.Compare) {
-		if oldHairpin[h] == 0 {
+	for _, h := range hairpins {
+		if oldHairpin.Value(h) == 0 && next.hairpin.Value(h) > 0 {
 			t.addElem(hairpinElem(h))
 		}
 	}
-	for _, h := range slices.SortedFunc(maps.Keys(oldHairpin), netip.Addr.Compare) {
-		if next.hairpin[h] == 0 {
+	for _, h := range hairpins {
+		if oldHairpin.Value(h) > 0 && next.hairpin.Value(h) == 0 {
 			t.delElem(hairpinElem(h))
 		}
 	}
+}
+
+func (t *tx) touchShared(name string) {
+	if t.touchedShared == nil {
+		t.touchedShared = map[string]struct{}{}
+	}
+	t.touchedShared[name] = struct{}{}
+}
+
+func (t *tx) touchHairpin(h netip.Addr) {
+	if t.touchedHairpin == nil {
+		t.touchedHairpin = map[netip.Addr]struct{}{}
+	}
+	t.touchedHairpin[h] = struct{}{}
 }
 
 func hairpinElem(h netip.Addr) elem {
