@@ -8,6 +8,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -298,8 +300,26 @@ func TestDifferences(t *testing.T) {
 	top := proxytest.Default()
 	ranged := top.Service("r", 100, proxytest.WithLoadBalancer(), proxytest.WithSourceRanges("192.168.50.100/32"))
 	plain := top.Service("p", 101, proxytest.WithLoadBalancer())
-	hairpin := Probe{Protocol: v1.ProtocolTCP, From: proxytest.PodA1, Frontend: ClusterIP, Addresses: 1,
+	hairpin := Probe{Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol, From: proxytest.PodA1, Frontend: ClusterIP, Addresses: 1,
 		Candidates: []string{"pod-a1:8081", "pod-b1"}}
+	// pod-a1's endpoint in the probe's Service ("h"): with nodeName
+	// node1, or without; another Service ("o") may list it on node1.
+	podSlice := func(svc string, node *string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Labels: map[string]string{discovery.LabelServiceName: svc}},
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints: []discovery.Endpoint{{Addresses: []string{"10.244.1.10"}, NodeName: node,
+				TargetRef: &v1.ObjectReference{Kind: "Pod", Name: proxytest.PodA1}}},
+		}
+	}
+	node1 := proxytest.Node1
+	hereNoNode, hereLocal, elsewhere := podSlice("h", nil), podSlice("h", &node1), podSlice("o", &node1)
+	hairpinCase := func(mode string, here *discovery.EndpointSlice, others ...*discovery.EndpointSlice) Case {
+		return Case{Mode: mode, Slices: []*discovery.EndpointSlice{here}, AllSlices: append([]*discovery.EndpointSlice{here}, others...)}
+	}
+	nftLocalElsewhere, nftNoNode, nftLocalHere := hairpinCase("nftables", hereNoNode, elsewhere), hairpinCase("nftables", hereNoNode),
+		hairpinCase("nftables", hereLocal, elsewhere)
+	iptNoNode, iptLocalHere := hairpinCase("iptables", hereNoNode), hairpinCase("iptables", hereLocal)
 	rst := Attempt{Kind: RefusedRST}
 	icmp := Attempt{Kind: RefusedICMP, ICMP: "port-unreachable"}
 	eperm := Attempt{Kind: EPERM, ICMP: "port-unreachable"}
@@ -348,14 +368,24 @@ func TestDifferences(t *testing.T) {
 		{"no source ranges", Case{Mode: "iptables", Service: plain},
 			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
 			[]Attempt{icmp}, []Attempt{timeout}, ""},
-		{"hairpin masqueraded by kproxy only", Case{Mode: "nftables"}, hairpin,
+		{"nftables: hairpin by kproxy only, local for another Service", nftLocalElsewhere, hairpin,
 			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")},
 			"hairpin-by-address"},
-		{"hairpin masqueraded by upstream only", Case{Mode: "iptables"}, hairpin,
+		{"nftables: hairpin by kproxy only, local nowhere", nftNoNode, hairpin,
+			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")}, ""},
+		{"nftables: hairpin by kproxy only, local here", nftLocalHere, hairpin,
+			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")}, ""},
+		{"nftables: hairpin by upstream only", nftLocalElsewhere, hairpin,
+			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, ""},
+		{"iptables: hairpin by upstream only, no nodeName", iptNoNode, hairpin,
 			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, "hairpin-by-address"},
-		{"hairpin, and another backend differs", Case{Mode: "iptables"}, hairpin,
+		{"iptables: hairpin by upstream only, local here", iptLocalHere, hairpin,
+			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, ""},
+		{"iptables: hairpin by kproxy only", iptNoNode, hairpin,
+			[]Attempt{timeout}, []Attempt{answer("pod-a1", "node1")}, ""},
+		{"hairpin, and another backend differs", iptNoNode, hairpin,
 			[]Attempt{answer("pod-a1", "node1"), answer("pod-b1", "pod-a1")}, []Attempt{timeout}, ""},
-		{"a timeout that is not the pod reaching itself", Case{Mode: "iptables"}, hairpin,
+		{"a timeout that is not the pod reaching itself", iptNoNode, hairpin,
 			[]Attempt{answer("pod-b1", "pod-a1")}, []Attempt{timeout}, ""},
 	} {
 		got := name(Intended(c.c, c.p, result(c.p, c.up...), result(c.p, c.kx...)))
