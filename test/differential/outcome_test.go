@@ -3,6 +3,8 @@ package differential
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -320,6 +322,7 @@ func TestDifferences(t *testing.T) {
 	nftLocalElsewhere, nftNoNode, nftLocalHere := hairpinCase("nftables", hereNoNode, elsewhere), hairpinCase("nftables", hereNoNode),
 		hairpinCase("nftables", hereLocal, elsewhere)
 	iptNoNode, iptLocalHere := hairpinCase("iptables", hereNoNode), hairpinCase("iptables", hereLocal)
+	nodeUDPLB := Probe{Protocol: v1.ProtocolUDP, From: proxytest.Node1, Frontend: LoadBalancerIP, Addresses: 1}
 	rst := Attempt{Kind: RefusedRST}
 	icmp := Attempt{Kind: RefusedICMP, ICMP: "port-unreachable"}
 	eperm := Attempt{Kind: EPERM, ICMP: "port-unreachable"}
@@ -365,6 +368,18 @@ func TestDifferences(t *testing.T) {
 		{"source ranges before the reject", Case{Mode: "iptables", Service: ranged},
 			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
 			[]Attempt{icmp}, []Attempt{timeout}, "source-ranges-before-reject"},
+		{"source ranges: the node's UDP dropped in the output path", Case{Mode: "iptables", Service: ranged},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, "source-ranges-before-reject"},
+		{"source ranges: the node's UDP as upstream's nftables mode", Case{Mode: "iptables", Service: ranged,
+			UpstreamIn: map[string]Result{"nftables": result(nodeUDPLB, Attempt{Kind: EPERM})}},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, "source-ranges-before-reject"},
+		{"source ranges: the node's UDP unlike upstream's nftables mode", Case{Mode: "iptables", Service: ranged,
+			UpstreamIn: map[string]Result{"nftables": result(nodeUDPLB, timeout)}},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, ""},
+		{"source ranges: the node's UDP, nftables mode", Case{Mode: "nftables", Service: ranged},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, ""},
+		{"no source ranges: the node's UDP", Case{Mode: "iptables", Service: plain},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, ""},
 		{"no source ranges", Case{Mode: "iptables", Service: plain},
 			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
 			[]Attempt{icmp}, []Attempt{timeout}, ""},
@@ -396,6 +411,20 @@ func TestDifferences(t *testing.T) {
 	for _, d := range IntentionalDifferences() {
 		if d.Name == "" || d.Reason == "" || d.Match == nil {
 			t.Errorf("difference %+v lacks a name, a reason or a predicate", d)
+		}
+	}
+}
+
+// TestDifferencesDocumented: every documented (or pending) difference has
+// its row in docs/compatibility.md, as intentionalDifferences promises.
+func TestDifferencesDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "compatibility.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range IntentionalDifferences() {
+		if !strings.Contains(string(doc), "\n| `"+d.Name+"` |") {
+			t.Errorf("difference %q has no row in docs/compatibility.md", d.Name)
 		}
 	}
 }
