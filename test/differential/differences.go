@@ -25,8 +25,10 @@ type Case struct {
 	// (the behaviour table's shared-frontend cases; random cases share
 	// none).
 	Contenders []*v1.Service
-	// AllSlices are every EndpointSlice of the scenario (or table case),
-	// the probe's Service's and the others'.
+	// AllSlices are every EndpointSlice the proxies had with the probe's
+	// (the probe's Service's and the others': every scenario loaded in the
+	// same batch, or every case of the table's configuration): a node's
+	// endpoints are the same pods across them.
 	AllSlices []*discovery.EndpointSlice
 }
 
@@ -298,10 +300,15 @@ type Diff struct {
 }
 
 // Compare returns the probes of a scenario whose outcomes differ in one
-// mode, in probe order. upstream holds upstream's results by mode (this
-// one and any other that ran), kproxy kproxy's in this mode. A probe
-// missing from a run's results counts as "(no attempt)".
-func Compare(mode string, sc *proxytest.Scenario, probes []Probe, upstream map[string]map[string]Result, kproxy map[string]Result) []Diff {
+// mode, in probe order. loaded are the EndpointSlices of every scenario
+// the proxies had at once with sc (nil: sc's). upstream holds upstream's
+// results by mode (this one and any other that ran), kproxy kproxy's in
+// this mode. A probe missing from a run's results counts as "(no
+// attempt)".
+func Compare(mode string, sc *proxytest.Scenario, loaded []*discovery.EndpointSlice, probes []Probe, upstream map[string]map[string]Result, kproxy map[string]Result) []Diff {
+	if loaded == nil {
+		loaded = sc.Slices
+	}
 	var out []Diff
 	for _, p := range probes {
 		if p.Seed != sc.Seed {
@@ -312,7 +319,7 @@ func Compare(mode string, sc *proxytest.Scenario, probes []Probe, upstream map[s
 		if Same(up, kx) {
 			continue
 		}
-		c := Case{Mode: mode, Slices: sc.SlicesOf(p.Service), AllSlices: sc.Slices, UpstreamIn: map[string]Result{}}
+		c := Case{Mode: mode, Slices: sc.SlicesOf(p.Service), AllSlices: loaded, UpstreamIn: map[string]Result{}}
 		for m, res := range upstream {
 			if r, ok := res[p.Key()]; ok {
 				c.UpstreamIn[m] = r

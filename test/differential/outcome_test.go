@@ -415,6 +415,45 @@ func TestDifferences(t *testing.T) {
 	}
 }
 
+// TestCompareLoaded: a pod is this node's endpoint by any scenario loaded
+// at once (the proxies see them all), not only the probe's own.
+func TestCompareLoaded(t *testing.T) {
+	node1 := proxytest.Node1
+	slice := func(svc string, node *string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Labels: map[string]string{discovery.LabelServiceName: svc}},
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints: []discovery.Endpoint{{Addresses: []string{"10.244.1.10"}, NodeName: node,
+				TargetRef: &v1.ObjectReference{Kind: "Pod", Name: proxytest.PodA1}}},
+		}
+	}
+	a := &proxytest.Scenario{Seed: 1, Slices: []*discovery.EndpointSlice{slice("a", nil)}}
+	b := &proxytest.Scenario{Seed: 2, Slices: []*discovery.EndpointSlice{slice("b", &node1)}}
+	p := Probe{Seed: 1, Service: "a", Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol, Frontend: ClusterIP,
+		From: proxytest.PodA1, Addresses: 1, Candidates: []string{"pod-a1"}}
+	up := map[string]map[string]Result{"nftables": {p.Key(): result(p, timeout)}}
+	kx := map[string]Result{p.Key(): result(p, answer("pod-a1", "node1"))}
+	for _, c := range []struct {
+		loaded []*discovery.EndpointSlice
+		want   string
+	}{
+		{nil, ""},
+		{append(append([]*discovery.EndpointSlice(nil), a.Slices...), b.Slices...), "hairpin-by-address"},
+	} {
+		d := Compare("nftables", a, c.loaded, []Probe{p}, up, kx)
+		if len(d) != 1 {
+			t.Fatalf("loaded %d slices: %d differences, want 1", len(c.loaded), len(d))
+		}
+		got := ""
+		if d[0].Intended != nil {
+			got = d[0].Intended.Name
+		}
+		if got != c.want {
+			t.Errorf("loaded %d slices: explained by %q, want %q", len(c.loaded), got, c.want)
+		}
+	}
+}
+
 // TestDifferencesDocumented: every documented (or pending) difference has
 // its row in docs/compatibility.md, as intentionalDifferences promises.
 func TestDifferencesDocumented(t *testing.T) {
