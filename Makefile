@@ -305,14 +305,18 @@ test-integration: controlplane
 # (test-integration). Root; the summary goes to .build/differential.txt
 # (docs/compatibility.md has the latest). Example:
 # make test-differential SEEDS=50 MODE=nftables
+# MODE's default here is both modes, not make cluster's iptables (MODE ?=
+# above already set it, so only a MODE from the command line or the
+# environment picks one).
 SEEDS ?= 50
-MODE  ?= iptables,nftables
 SEED  ?=
+comma := ,
+DIFFERENTIAL_MODES = $(if $(filter command line environment,$(origin MODE)),$(MODE),iptables$(comma)nftables)
 .PHONY: test-differential
 test-differential: controlplane
 	@mkdir -p .build
 	KPROXY_KERNEL_TESTS=1 $(GO) test -v -count=1 -timeout 600m -run '^TestRandomDifferential$$' ./test/differential/ -args \
-		$(if $(SEED),-differential.seeds=$(SEED),-differential.fresh=$(SEEDS)) -differential.modes=$(MODE) \
+		$(if $(SEED),-differential.seeds=$(SEED),-differential.fresh=$(SEEDS)) -differential.modes=$(DIFFERENTIAL_MODES) \
 		-differential.report=$(CURDIR)/.build/differential.txt
 
 # bench-cluster: BENCH_SERVICES Services × 10 endpoints loaded through the

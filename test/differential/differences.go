@@ -25,6 +25,11 @@ type Case struct {
 	// (the behaviour table's shared-frontend cases; random cases share
 	// none).
 	Contenders []*v1.Service
+	// AllSlices are every EndpointSlice the proxies had with the probe's
+	// (the probe's Service's and the others': every scenario loaded in the
+	// same batch, or every case of the table's configuration): a node's
+	// endpoints are the same pods across them.
+	AllSlices []*discovery.EndpointSlice
 }
 
 // Difference is one documented way kproxy answers a probe differently
@@ -88,11 +93,20 @@ var intentionalDifferences = []Difference{
 		Name: "source-ranges-before-reject",
 		Reason: "a LoadBalancer IP with loadBalancerSourceRanges and no endpoints drops clients outside the " +
 			"ranges (and refuses those inside), as upstream's nftables mode does; upstream's iptables mode " +
-			"refuses every client, checking the ranges only when there are endpoints",
+			"refuses every client, checking the ranges only when there are endpoints. From the node itself " +
+			"(outside the ranges) the drop is in the output path, so a UDP send fails with EPERM, as in " +
+			"upstream's nftables mode (checked against it when both modes ran); upstream's iptables mode lets " +
+			"the packet leave unanswered",
 		Match: func(c Case, p Probe, up, kx Result) bool {
-			return c.Mode == "iptables" && p.Frontend == LoadBalancerIP && c.Service != nil &&
-				len(c.Service.Spec.LoadBalancerSourceRanges) > 0 &&
-				up.Only("refused: ICMP port-unreachable") && kx.Only("timeout")
+			if c.Mode != "iptables" || p.Frontend != LoadBalancerIP || c.Service == nil ||
+				len(c.Service.Spec.LoadBalancerSourceRanges) == 0 {
+				return false
+			}
+			if p.From == proxytest.Node1 && p.Protocol == v1.ProtocolUDP {
+				ref, ok := c.UpstreamIn["nftables"]
+				return up.Only("timeout") && kx.Only(string(EPERM)) && (!ok || Same(ref, kx))
+			}
+			return up.Only("refused: ICMP port-unreachable") && kx.Only("timeout")
 		},
 	},
 	{
@@ -105,6 +119,53 @@ var intentionalDifferences = []Difference{
 				(p.Frontend == ExternalIP || p.Frontend == LoadBalancerIP) && up.Only("timeout") && kx.Only("refused: RST")
 		},
 	},
+}
+
+// hairpinByAddress is a pod reaching itself through a Service (the DNAT
+// picked its own address): whether it is masqueraded (and so answered,
+// through the node) differs between upstream's two modes, and kproxy's
+// rule is neither's.
+var hairpinByAddress = Difference{
+	Name: "hairpin-by-address",
+	Reason: "kproxy masquerades a pod reaching itself through a Service when its address is a usable endpoint " +
+		"with nodeName this node of any Service (a set of this node's endpoint addresses: one set lookup in " +
+		"nftables, one rule per local endpoint address in iptables, never one per endpoint of the cluster). " +
+		"Upstream's iptables mode masquerades for every endpoint of the Service, on this node or not, or without " +
+		"nodeName (a rule in each endpoint's chain); its nftables mode only when the address, protocol and port " +
+		"are those of an endpoint with nodeName this node (of any Service). So, in iptables mode, a pod whose endpoint of this Service does not " +
+		"name this node (no nodeName, or a pod behind another node's proxy) gets no answer from itself under " +
+		"kproxy where upstream's gets one; in nftables mode, a pod of this node whose endpoint of this Service " +
+		"lacks nodeName while another Service lists it on this node is answered by kproxy, not by upstream. The " +
+		"EndpointSlice controller always sets nodeName, and a pod's own node proxies its traffic, so only " +
+		"hand-written slices without nodeName see it (issue 27)",
+	Match: func(c Case, p Probe, up, kx Result) bool {
+		if !selfReach(p, up, kx) || listedOn(c.Slices, p.From, p.Family, proxytest.Node1) {
+			return false
+		}
+		switch c.Mode {
+		case "iptables":
+			return answersSelf(p, up)
+		case "nftables":
+			return answersSelf(p, kx) && listedOn(c.AllSlices, p.From, p.Family, proxytest.Node1)
+		}
+		return false
+	},
+}
+
+// listedOn reports whether one of slices (of the family) lists pod (by
+// its targetRef) with nodeName node.
+func listedOn(slices []*discovery.EndpointSlice, pod string, family v1.IPFamily, node string) bool {
+	for _, s := range slices {
+		if string(s.AddressType) != string(family) {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.TargetRef != nil && e.TargetRef.Name == pod && e.NodeName != nil && *e.NodeName == node {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // localhostNodePorts is added to intentionalDifferences by init: its
@@ -135,7 +196,7 @@ var localhostNodePorts = Difference{
 }
 
 func init() {
-	intentionalDifferences = append(intentionalDifferences, localhostNodePorts)
+	intentionalDifferences = append(intentionalDifferences, hairpinByAddress, localhostNodePorts)
 }
 
 // pendingDifferences are differences known and not decided yet (each
@@ -143,27 +204,14 @@ func init() {
 // are fixed (the entry is then deleted, and the differential proves the
 // fix) or kept (the entry moves to intentionalDifferences, with its reason
 // in docs/compatibility.md).
-var pendingDifferences = []Difference{
-	{
-		Name: "hairpin-by-address",
-		Reason: "found by the randomized differential, to decide: kproxy masquerades a pod reaching itself " +
-			"through a Service when its address is a local endpoint (nodeName this node) of any Service, on any " +
-			"port; upstream's iptables mode masquerades it for every endpoint, local or not (an endpoint without " +
-			"nodeName included), its nftables mode only for a local endpoint of that Service port. So a pod whose " +
-			"endpoint lacks nodeName gets no answer from itself under kproxy (upstream iptables: it does), and one " +
-			"local for another Service does (upstream nftables: it does not)",
-		Match: func(c Case, p Probe, up, kx Result) bool { return selfReach(p, up, kx) },
-	},
-}
+var pendingDifferences []Difference // none at present
 
 // selfReach: a probe from a backend pod of its own Service differs only
 // in what happens when the pod reaches itself, one proxy masquerading it
 // (an answer by the pod, seen from a node address) where the other does
 // not (its own reply never matches its connection: a timeout).
 func selfReach(p Probe, up, kx Result) bool {
-	self := func(f string) bool {
-		return strings.HasPrefix(f, "answer "+p.From+",") || strings.HasPrefix(f, "answer "+p.From+":")
-	}
+	self := func(f string) bool { return selfAnswer(p, f) }
 	split := func(r Result) (rest []string, selfAnswer, timeout bool) {
 		for _, f := range r.Facets {
 			switch {
@@ -181,6 +229,21 @@ func selfReach(p Probe, up, kx Result) bool {
 	kxRest, kxSelf, kxTimeout := split(kx)
 	return strings.Join(upRest, "\n") == strings.Join(kxRest, "\n") &&
 		((upSelf && !upTimeout && kxTimeout && !kxSelf) || (kxSelf && !kxTimeout && upTimeout && !upSelf))
+}
+
+// selfAnswer: facet f is an answer by the probe's client itself.
+func selfAnswer(p Probe, f string) bool {
+	return strings.HasPrefix(f, "answer "+p.From+",") || strings.HasPrefix(f, "answer "+p.From+":")
+}
+
+// answersSelf: the client answered itself in r.
+func answersSelf(p Probe, r Result) bool {
+	for _, f := range r.Facets {
+		if selfAnswer(p, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // refusedUnbound: the outcome of a probe to an address where nothing
@@ -237,10 +300,15 @@ type Diff struct {
 }
 
 // Compare returns the probes of a scenario whose outcomes differ in one
-// mode, in probe order. upstream holds upstream's results by mode (this
-// one and any other that ran), kproxy kproxy's in this mode. A probe
-// missing from a run's results counts as "(no attempt)".
-func Compare(mode string, sc *proxytest.Scenario, probes []Probe, upstream map[string]map[string]Result, kproxy map[string]Result) []Diff {
+// mode, in probe order. loaded are the EndpointSlices of every scenario
+// the proxies had at once with sc (nil: sc's). upstream holds upstream's
+// results by mode (this one and any other that ran), kproxy kproxy's in
+// this mode. A probe missing from a run's results counts as "(no
+// attempt)".
+func Compare(mode string, sc *proxytest.Scenario, loaded []*discovery.EndpointSlice, probes []Probe, upstream map[string]map[string]Result, kproxy map[string]Result) []Diff {
+	if loaded == nil {
+		loaded = sc.Slices
+	}
 	var out []Diff
 	for _, p := range probes {
 		if p.Seed != sc.Seed {
@@ -251,7 +319,7 @@ func Compare(mode string, sc *proxytest.Scenario, probes []Probe, upstream map[s
 		if Same(up, kx) {
 			continue
 		}
-		c := Case{Mode: mode, Slices: sc.SlicesOf(p.Service), UpstreamIn: map[string]Result{}}
+		c := Case{Mode: mode, Slices: sc.SlicesOf(p.Service), AllSlices: loaded, UpstreamIn: map[string]Result{}}
 		for m, res := range upstream {
 			if r, ok := res[p.Key()]; ok {
 				c.UpstreamIn[m] = r

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	discovery "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kproxy/kproxy/test/controlplane"
@@ -365,6 +366,10 @@ func TestRandomDifferential(t *testing.T) {
 			probes = append(probes, Plan(top, sc)...)
 		}
 		w.load(ctx, scs)
+		var loaded []*discovery.EndpointSlice
+		for _, sc := range scs {
+			loaded = append(loaded, sc.Slices...)
+		}
 		up, kx := map[string]map[string]Result{}, map[string]map[string]Result{}
 		for _, mode := range modes {
 			up[mode] = w.run(ctx, w.kubeProxy, "kube-proxy", mode, probes)
@@ -378,7 +383,7 @@ func TestRandomDifferential(t *testing.T) {
 		for _, mode := range modes {
 			var again []Probe
 			for _, sc := range scs {
-				for _, d := range Compare(mode, sc, probes, up, kx[mode]) {
+				for _, d := range Compare(mode, sc, loaded, probes, up, kx[mode]) {
 					if d.Intended == nil {
 						p := d.Probe
 						p.Thorough = true
@@ -403,7 +408,8 @@ func TestRandomDifferential(t *testing.T) {
 		}
 		for _, mode := range modes {
 			for _, sc := range scs {
-				results = append(results, seedResult{sc: sc, mode: mode, diffs: Compare(mode, sc, probes, up, kx[mode])})
+				results = append(results, seedResult{sc: sc, mode: mode, diffs: Compare(mode, sc, loaded, probes, up, kx[mode]),
+					batch: all[start:min(start+batch, len(all))]})
 			}
 		}
 		w.unload(ctx, scs)
@@ -447,6 +453,11 @@ func TestRandomDifferential(t *testing.T) {
 			fmt.Fprintf(&b, "run it alone: make test-differential SEED=%d MODE=%s (addresses then start at index %d); "+
 				"with %s=DIR the proxies' logs and rules (after probing) stay in DIR\n",
 				r.sc.Seed, r.mode, proxytest.SlotIndex(0), logDirEnv)
+			if len(r.batch) > 1 {
+				// The proxies had the other scenarios of the batch too (a
+				// pod is this node's endpoint if any of them says so).
+				fmt.Fprintf(&b, "with the scenarios loaded with it: make test-differential SEED=%s MODE=%s\n", joinSeeds(r.batch), r.mode)
+			}
 			if m, err := proxytest.Manifest(r.sc.Objects()...); err == nil {
 				b.WriteString("manifests:\n" + string(m))
 			}
@@ -467,6 +478,8 @@ type seedResult struct {
 	sc    *proxytest.Scenario
 	mode  string
 	diffs []Diff
+	// batch are the seeds loaded with it (itself included), in order.
+	batch []uint64
 }
 
 func appendSeed(list []uint64, s uint64) []uint64 {

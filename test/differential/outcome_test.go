@@ -3,11 +3,15 @@ package differential
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -298,8 +302,27 @@ func TestDifferences(t *testing.T) {
 	top := proxytest.Default()
 	ranged := top.Service("r", 100, proxytest.WithLoadBalancer(), proxytest.WithSourceRanges("192.168.50.100/32"))
 	plain := top.Service("p", 101, proxytest.WithLoadBalancer())
-	hairpin := Probe{Protocol: v1.ProtocolTCP, From: proxytest.PodA1, Frontend: ClusterIP, Addresses: 1,
+	hairpin := Probe{Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol, From: proxytest.PodA1, Frontend: ClusterIP, Addresses: 1,
 		Candidates: []string{"pod-a1:8081", "pod-b1"}}
+	// pod-a1's endpoint in the probe's Service ("h"): with nodeName
+	// node1, or without; another Service ("o") may list it on node1.
+	podSlice := func(svc string, node *string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Labels: map[string]string{discovery.LabelServiceName: svc}},
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints: []discovery.Endpoint{{Addresses: []string{"10.244.1.10"}, NodeName: node,
+				TargetRef: &v1.ObjectReference{Kind: "Pod", Name: proxytest.PodA1}}},
+		}
+	}
+	node1 := proxytest.Node1
+	hereNoNode, hereLocal, elsewhere := podSlice("h", nil), podSlice("h", &node1), podSlice("o", &node1)
+	hairpinCase := func(mode string, here *discovery.EndpointSlice, others ...*discovery.EndpointSlice) Case {
+		return Case{Mode: mode, Slices: []*discovery.EndpointSlice{here}, AllSlices: append([]*discovery.EndpointSlice{here}, others...)}
+	}
+	nftLocalElsewhere, nftNoNode, nftLocalHere := hairpinCase("nftables", hereNoNode, elsewhere), hairpinCase("nftables", hereNoNode),
+		hairpinCase("nftables", hereLocal, elsewhere)
+	iptNoNode, iptLocalHere := hairpinCase("iptables", hereNoNode), hairpinCase("iptables", hereLocal)
+	nodeUDPLB := Probe{Protocol: v1.ProtocolUDP, From: proxytest.Node1, Frontend: LoadBalancerIP, Addresses: 1}
 	rst := Attempt{Kind: RefusedRST}
 	icmp := Attempt{Kind: RefusedICMP, ICMP: "port-unreachable"}
 	eperm := Attempt{Kind: EPERM, ICMP: "port-unreachable"}
@@ -345,17 +368,39 @@ func TestDifferences(t *testing.T) {
 		{"source ranges before the reject", Case{Mode: "iptables", Service: ranged},
 			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
 			[]Attempt{icmp}, []Attempt{timeout}, "source-ranges-before-reject"},
+		{"source ranges: the node's UDP dropped in the output path", Case{Mode: "iptables", Service: ranged},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, "source-ranges-before-reject"},
+		{"source ranges: the node's UDP as upstream's nftables mode", Case{Mode: "iptables", Service: ranged,
+			UpstreamIn: map[string]Result{"nftables": result(nodeUDPLB, Attempt{Kind: EPERM})}},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, "source-ranges-before-reject"},
+		{"source ranges: the node's UDP unlike upstream's nftables mode", Case{Mode: "iptables", Service: ranged,
+			UpstreamIn: map[string]Result{"nftables": result(nodeUDPLB, timeout)}},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, ""},
+		{"source ranges: the node's UDP, nftables mode", Case{Mode: "nftables", Service: ranged},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, ""},
+		{"no source ranges: the node's UDP", Case{Mode: "iptables", Service: plain},
+			nodeUDPLB, []Attempt{timeout}, []Attempt{{Kind: EPERM}}, ""},
 		{"no source ranges", Case{Mode: "iptables", Service: plain},
 			Probe{Protocol: v1.ProtocolTCP, From: proxytest.Client1, Frontend: LoadBalancerIP},
 			[]Attempt{icmp}, []Attempt{timeout}, ""},
-		{"hairpin masqueraded by kproxy only", Case{Mode: "nftables"}, hairpin,
+		{"nftables: hairpin by kproxy only, local for another Service", nftLocalElsewhere, hairpin,
 			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")},
 			"hairpin-by-address"},
-		{"hairpin masqueraded by upstream only", Case{Mode: "iptables"}, hairpin,
+		{"nftables: hairpin by kproxy only, local nowhere", nftNoNode, hairpin,
+			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")}, ""},
+		{"nftables: hairpin by kproxy only, local here", nftLocalHere, hairpin,
+			[]Attempt{answer("pod-b1", "pod-a1"), timeout}, []Attempt{answer("pod-b1", "pod-a1"), answer("pod-a1:8081", "node1")}, ""},
+		{"nftables: hairpin by upstream only", nftLocalElsewhere, hairpin,
+			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, ""},
+		{"iptables: hairpin by upstream only, no nodeName", iptNoNode, hairpin,
 			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, "hairpin-by-address"},
-		{"hairpin, and another backend differs", Case{Mode: "iptables"}, hairpin,
+		{"iptables: hairpin by upstream only, local here", iptLocalHere, hairpin,
+			[]Attempt{answer("pod-a1", "node1")}, []Attempt{timeout}, ""},
+		{"iptables: hairpin by kproxy only", iptNoNode, hairpin,
+			[]Attempt{timeout}, []Attempt{answer("pod-a1", "node1")}, ""},
+		{"hairpin, and another backend differs", iptNoNode, hairpin,
 			[]Attempt{answer("pod-a1", "node1"), answer("pod-b1", "pod-a1")}, []Attempt{timeout}, ""},
-		{"a timeout that is not the pod reaching itself", Case{Mode: "iptables"}, hairpin,
+		{"a timeout that is not the pod reaching itself", iptNoNode, hairpin,
 			[]Attempt{answer("pod-b1", "pod-a1")}, []Attempt{timeout}, ""},
 	} {
 		got := name(Intended(c.c, c.p, result(c.p, c.up...), result(c.p, c.kx...)))
@@ -366,6 +411,59 @@ func TestDifferences(t *testing.T) {
 	for _, d := range IntentionalDifferences() {
 		if d.Name == "" || d.Reason == "" || d.Match == nil {
 			t.Errorf("difference %+v lacks a name, a reason or a predicate", d)
+		}
+	}
+}
+
+// TestCompareLoaded: a pod is this node's endpoint by any scenario loaded
+// at once (the proxies see them all), not only the probe's own.
+func TestCompareLoaded(t *testing.T) {
+	node1 := proxytest.Node1
+	slice := func(svc string, node *string) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Labels: map[string]string{discovery.LabelServiceName: svc}},
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints: []discovery.Endpoint{{Addresses: []string{"10.244.1.10"}, NodeName: node,
+				TargetRef: &v1.ObjectReference{Kind: "Pod", Name: proxytest.PodA1}}},
+		}
+	}
+	a := &proxytest.Scenario{Seed: 1, Slices: []*discovery.EndpointSlice{slice("a", nil)}}
+	b := &proxytest.Scenario{Seed: 2, Slices: []*discovery.EndpointSlice{slice("b", &node1)}}
+	p := Probe{Seed: 1, Service: "a", Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol, Frontend: ClusterIP,
+		From: proxytest.PodA1, Addresses: 1, Candidates: []string{"pod-a1"}}
+	up := map[string]map[string]Result{"nftables": {p.Key(): result(p, timeout)}}
+	kx := map[string]Result{p.Key(): result(p, answer("pod-a1", "node1"))}
+	for _, c := range []struct {
+		loaded []*discovery.EndpointSlice
+		want   string
+	}{
+		{nil, ""},
+		{append(append([]*discovery.EndpointSlice(nil), a.Slices...), b.Slices...), "hairpin-by-address"},
+	} {
+		d := Compare("nftables", a, c.loaded, []Probe{p}, up, kx)
+		if len(d) != 1 {
+			t.Fatalf("loaded %d slices: %d differences, want 1", len(c.loaded), len(d))
+		}
+		got := ""
+		if d[0].Intended != nil {
+			got = d[0].Intended.Name
+		}
+		if got != c.want {
+			t.Errorf("loaded %d slices: explained by %q, want %q", len(c.loaded), got, c.want)
+		}
+	}
+}
+
+// TestDifferencesDocumented: every documented (or pending) difference has
+// its row in docs/compatibility.md, as intentionalDifferences promises.
+func TestDifferencesDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "compatibility.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range IntentionalDifferences() {
+		if !strings.Contains(string(doc), "\n| `"+d.Name+"` |") {
+			t.Errorf("difference %q has no row in docs/compatibility.md", d.Name)
 		}
 	}
 }

@@ -331,7 +331,7 @@ func RowProbe(top *proxytest.Topology, row proxytest.Row, mode string) (Probe, C
 		From: row.From, Affinity: svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP, Addresses: 1,
 		Candidates: Candidates(slices, *sp, row.Family),
 	}
-	c := Case{Mode: mode, Service: svc, Slices: slices}
+	c := Case{Mode: mode, Service: svc, Slices: slices, AllSlices: row.Case.Slices}
 	for _, n := range row.Case.Contenders {
 		if o, ok := row.Case.Service(n); ok && n != svc.Name {
 			c.Contenders = append(c.Contenders, o)

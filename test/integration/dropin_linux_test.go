@@ -430,6 +430,8 @@ func TestDifferential(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// The proxies have every case of the configuration.
+				c.AllSlices = slices
 				probes[r.Name], cases[r.Name] = p, c
 				list = append(list, p)
 			}
