@@ -408,8 +408,19 @@ func TestDifferential(t *testing.T) {
 					if err := d.Admin.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
 						t.Fatal(err)
 					}
-					if _, err := d.Writer.CreateService(ctx, s); err != nil {
-						t.Fatal(err)
+					// The failed create may hold the Service's other
+					// family's address for a moment ("provided IP is
+					// already allocated", seen once with fd00:10:96::1):
+					// try again for a bounded while.
+					for try := 0; ; try++ {
+						_, err := d.Writer.CreateService(ctx, s)
+						if err == nil {
+							break
+						}
+						if try >= 30 || !strings.Contains(err.Error(), "already allocated") {
+							t.Fatal(err)
+						}
+						time.Sleep(time.Second)
 					}
 				}
 			}
