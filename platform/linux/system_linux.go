@@ -61,6 +61,9 @@ func DetectFlavour(ctx context.Context, family v1.IPFamily) (Flavour, error) {
 	var p FlavourProbe
 	save := func(f Flavour, table string) []byte {
 		// A table the flavour does not have yet is no error: no rules.
+		if f == FlavourLegacy && legacyTableAbsent(family, table) {
+			return nil // and asking would create it
+		}
 		out, _ := exec.CommandContext(ctx, CommandsFor(family, f).Save, "-t", table).Output()
 		return out
 	}
@@ -110,6 +113,37 @@ type systemIptables struct {
 	cmds    Commands
 	ipt     *goipt.IPTables
 	version string
+	// family and flavour: the legacy tools' save instantiates the table
+	// it names, so Save first asks whether it exists (legacyTableAbsent).
+	family  v1.IPFamily
+	flavour Flavour
+}
+
+// legacyTableAbsent reports whether the legacy (xtables) table of family
+// is known not to exist in the calling thread's network namespace: the
+// kernel lists the instantiated ones in /proc/net/ip_tables_names (and
+// ip6_tables_names), and iptables-legacy-save -t TABLE would create an
+// empty one (and load its module), leaving a table nothing asked for on
+// a node whose rules are all iptables-nft. false when it cannot tell.
+func legacyTableAbsent(family v1.IPFamily, table string) bool {
+	file := "/proc/thread-self/net/ip_tables_names"
+	if family == v1.IPv6Protocol {
+		file = "/proc/thread-self/net/ip6_tables_names"
+	}
+	data, err := os.ReadFile(file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// No legacy table module is loaded in the kernel: no table.
+		return true
+	case err != nil:
+		return false
+	}
+	for _, name := range strings.Fields(string(data)) {
+		if name == table {
+			return false
+		}
+	}
+	return true
 }
 
 // NewSystemIptables returns the Iptables seam for the tools of family and
@@ -137,7 +171,8 @@ func NewSystemIptables(family v1.IPFamily, flavour Flavour) (Iptables, error) {
 		return nil, fmt.Errorf("iptables tools %s: %w", path, err)
 	}
 	maj, min, patch := ipt.GetIptablesVersion()
-	return &systemIptables{cmds: cmds, ipt: ipt, version: fmt.Sprintf("%s v%d.%d.%d", filepath.Base(path), maj, min, patch)}, nil
+	return &systemIptables{cmds: cmds, ipt: ipt, version: fmt.Sprintf("%s v%d.%d.%d", filepath.Base(path), maj, min, patch),
+		family: family, flavour: flavour}, nil
 }
 
 // HasRandomFully reports whether MASQUERADE --random-fully is supported by
@@ -161,6 +196,9 @@ func (s *systemIptables) Restore(ctx context.Context, data []byte) error {
 }
 
 func (s *systemIptables) Save(ctx context.Context, table string) ([]byte, error) {
+	if s.flavour == FlavourLegacy && legacyTableAbsent(s.family, table) {
+		return nil, nil // no table: no rules (and none created)
+	}
 	cmd := exec.CommandContext(ctx, s.cmds.Save, "-t", table)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
