@@ -146,7 +146,9 @@ demo:
 # (default) from make images' image and kubectl apply -k of deploy/
 # (OVERLAY=kubeadm, the default: deploy/overlays/kubeadm; or default), or
 # PROXY=kube-proxy (upstream v1.37.2 as kubeadm deploys it), in MODE
-# iptables (default) or nftables. Everything is built from Go modules and
+# iptables (default) or nftables; or PROXY=none: no Service proxy, for one
+# installed by hand (make images' kproxy image is in the nodes; make
+# test-chart-cluster installs the Helm chart so). Everything is built from Go modules and
 # Debian packages and cached; images are imported, never pulled. A daemon
 # owns it (state, logs and PID in CLUSTER_DIR); make cluster-down removes
 # everything, also after a crash; make node-shell NODE=node1 [CMD=...]
@@ -161,7 +163,7 @@ CLUSTER_FLAGS   = -dir $(CLUSTER_DIR) -proxy $(PROXY) -mode $(MODE) -overlay $(O
 .PHONY: cluster cluster-down node-shell cluster-tool
 cluster-tool:
 	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
-cluster: cluster-binaries cluster-tool $(if $(filter kproxy,$(PROXY)),images)
+cluster: cluster-binaries cluster-tool $(if $(filter kproxy none,$(PROXY)),images)
 	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) up
 cluster-down: cluster-tool
 	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) down

@@ -85,6 +85,9 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 	if err := cluster.CheckProxy(o.Proxy, o.Mode); err != nil {
 		return Results{}, err
 	}
+	if o.Proxy == cluster.ProxyNone {
+		return Results{}, errors.New("PROXY=none: the suite needs a Service proxy (kproxy or kube-proxy)")
+	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, "make conformance: "+format+"\n", args...) }
 	co := cluster.Options{Dir: o.ClusterDir, Root: o.Root, Out: o.Out, Proxy: o.Proxy, Mode: o.Mode, KproxyImage: o.KproxyImage, Tool: o.ClusterTool}
 	st, err := cluster.ReadState(o.ClusterDir)
