@@ -157,8 +157,13 @@ func TestSpecsNames(t *testing.T) {
 				if f.Dst == "/agnhost" && f.Src != "/b/agnhost" {
 					t.Errorf("agnhost image takes %s, want the built agnhost", f.Src)
 				}
+				if f.Dst == "/coredns" && f.Src != "/b/coredns" {
+					t.Errorf("agnhost image's /coredns is %s, want the built CoreDNS", f.Src)
+				}
 			}
-			if !slices.Contains(dsts, "/agnhost") || !strings.HasPrefix(s.Entrypoint[0], "/agnhost") {
+			// /coredns: the DNS tests' own server pods run it from this image
+			// ("should support configurable pod resolv.conf" failed without).
+			if !slices.Contains(dsts, "/agnhost") || !slices.Contains(dsts, "/coredns") || !strings.HasPrefix(s.Entrypoint[0], "/agnhost") {
 				t.Errorf("agnhost image: files %v, entrypoint %v", dsts, s.Entrypoint)
 			}
 		}

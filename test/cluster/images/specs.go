@@ -82,6 +82,9 @@ func Specs(p Programs) []Spec {
 		Files: append(accounts("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
 			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"),
 			File{Src: p.Agnhost, Dst: "/agnhost", Mode: 0o755},
+			// The e2e suite's DNS tests run /coredns -conf with a Corefile
+			// of hosts and log (upstream's agnhost image has CoreDNS).
+			File{Src: p.CoreDNS, Dst: "/coredns", Mode: 0o755},
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.crt"), Dst: "/localhost.crt", Mode: 0o644},
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.key"), Dst: "/localhost.key", Mode: 0o644},
 		),
@@ -99,7 +102,7 @@ func Specs(p Programs) []Spec {
 		Entrypoint: []string{"/agnhost"},
 		Cmd:        []string{"pause"},
 		Why: "Debian's bash, curl, netcat-openbsd, iproute2, dig (bind9-dnsutils, glibc where upstream's is musl), socat, " +
-			"iperf and busybox in place of Alpine's; no coredns binary and no fake registry; agnhost:2.55 is the same image under the older tag",
+			"iperf (2.1.8, not 2.2) and busybox in place of Alpine's; the cluster's CoreDNS build (kubeadm's plugins and hosts) as /coredns; no fake registry; agnhost:2.55 is the same image under the older tag",
 	}
 	return []Spec{
 		{
