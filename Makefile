@@ -170,6 +170,18 @@ cluster-down: cluster-tool
 node-shell: cluster-tool
 	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) shell $(NODE) $(CMD)
 
+# test-chart-cluster: the Helm chart installed for real (hack/tools
+# TestChartOnCluster, root): make cluster PROXY=none in a directory of the
+# test's, helm install charts/kproxy with a values file (make images' image,
+# the API server, the pod CIDR), traffic through a ClusterIP, a Service name
+# and a NodePort; helm upgrade to MODE nftables (the pods roll, traffic,
+# kproxy's nft table and no KPROXY- chain); the documented removal (the
+# cleanup DaemonSet, helm uninstall): no DaemonSet left and each node's
+# rules as before helm install (docs/status.md has the measured run).
+.PHONY: test-chart-cluster
+test-chart-cluster: cluster-binaries cluster-tool images tools
+	cd hack/tools && GOWORK=off KPROXY_KERNEL_TESTS=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChartOnCluster$$' .
+
 # conformance: upstream's e2e suite (e2e.test v1.37.2 with the ginkgo CLI,
 # NODES parallel processes) against make cluster's cluster with PROXY and
 # MODE (a cluster running with others is replaced): focus FOCUS (default
