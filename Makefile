@@ -146,7 +146,9 @@ demo:
 # (default) from make images' image and kubectl apply -k of deploy/
 # (OVERLAY=kubeadm, the default: deploy/overlays/kubeadm; or default), or
 # PROXY=kube-proxy (upstream v1.37.2 as kubeadm deploys it), in MODE
-# iptables (default) or nftables. Everything is built from Go modules and
+# iptables (default) or nftables; or PROXY=none: no Service proxy, for one
+# installed by hand (make images' kproxy image is in the nodes; make
+# test-chart-cluster installs the Helm chart so). Everything is built from Go modules and
 # Debian packages and cached; images are imported, never pulled. A daemon
 # owns it (state, logs and PID in CLUSTER_DIR); make cluster-down removes
 # everything, also after a crash; make node-shell NODE=node1 [CMD=...]
@@ -161,12 +163,24 @@ CLUSTER_FLAGS   = -dir $(CLUSTER_DIR) -proxy $(PROXY) -mode $(MODE) -overlay $(O
 .PHONY: cluster cluster-down node-shell cluster-tool
 cluster-tool:
 	@$(GO) build -o $(KPROXY_CLUSTER) ./test/cluster/cmd/kproxy-cluster
-cluster: cluster-binaries cluster-tool $(if $(filter kproxy,$(PROXY)),images)
+cluster: cluster-binaries cluster-tool $(if $(filter kproxy none,$(PROXY)),images)
 	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) up
 cluster-down: cluster-tool
 	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) down
 node-shell: cluster-tool
 	@$(KPROXY_CLUSTER) $(CLUSTER_FLAGS) shell $(NODE) $(CMD)
+
+# test-chart-cluster: the Helm chart installed for real (hack/tools
+# TestChartOnCluster, root): make cluster PROXY=none in a directory of the
+# test's, helm install charts/kproxy with a values file (make images' image,
+# the API server, the pod CIDR), traffic through a ClusterIP, a Service name
+# and a NodePort; helm upgrade to MODE nftables (the pods roll, traffic,
+# kproxy's nft table and no KPROXY- chain); the documented removal (the
+# cleanup DaemonSet, helm uninstall): no DaemonSet left and each node's
+# rules as before helm install (docs/status.md has the measured run).
+.PHONY: test-chart-cluster
+test-chart-cluster: cluster-binaries cluster-tool images tools
+	cd hack/tools && GOWORK=off KPROXY_KERNEL_TESTS=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChartOnCluster$$' .
 
 # conformance: upstream's e2e suite (e2e.test v1.37.2 with the ginkgo CLI,
 # NODES parallel processes) against make cluster's cluster with PROXY and

@@ -31,8 +31,8 @@ type Options struct {
 	Root string
 	// Out receives what the command prints (default os.Stdout).
 	Out io.Writer
-	// Proxy is ProxyKproxy (default) or ProxyKubeProxy; Mode iptables
-	// (default) or nftables.
+	// Proxy is ProxyKproxy (default), ProxyKubeProxy or ProxyNone; Mode
+	// iptables (default) or nftables.
 	Proxy string
 	Mode  string
 	// Overlay is the kustomization kproxy is applied with: "kubeadm"
@@ -148,6 +148,28 @@ func preflight() error {
 	return nil
 }
 
+// Prerequisites reports what make cluster would need to build or install
+// first in the repository at root: root and the tools (preflight), the
+// control plane's and the cluster's binaries (make cluster-binaries), make
+// images' kproxy archive. Tests call it to skip (or fail under CI=true)
+// with the command that fixes it.
+func Prerequisites(root string) error {
+	if err := preflight(); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if _, err := controlplane.Ensure(ctx, controlplane.BuildOptions{RepoRoot: root, NoBuild: true}); err != nil {
+		return fmt.Errorf("%w (make cluster-binaries builds them)", err)
+	}
+	if _, err := controlplane.EnsureCluster(ctx, controlplane.BuildOptions{RepoRoot: root, NoBuild: true}); err != nil {
+		return fmt.Errorf("%w (make cluster-binaries builds them)", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".build", "images", "kproxy-linux-amd64.oci.tar")); err != nil {
+		return fmt.Errorf("kproxy's image: %w (make images builds it)", err)
+	}
+	return nil
+}
+
 // binaries are the programs the daemon runs.
 type binaries struct {
 	cp                                  controlplane.Binaries
@@ -198,7 +220,7 @@ func buildImages(ctx context.Context, o Options, bins binaries, logf func(string
 	for _, b := range built {
 		out = append(out, imageArchive{Path: b.Path, Ref: b.Spec.Ref(), Tags: b.Spec.Refs[1:]})
 	}
-	if o.Proxy == ProxyKproxy {
+	if o.Proxy == ProxyKproxy || o.Proxy == ProxyNone {
 		ref, err := imageRef(o.KproxyImage)
 		if err != nil {
 			return nil, fmt.Errorf("kproxy's image (make images): %w", err)
@@ -603,14 +625,18 @@ func Run(ctx context.Context, o Options) (err error) {
 			return err
 		}
 	}
-	if err := waitPodsReady(ctx, cs, "kube-system", proxySelector, 0, 4*time.Minute); err != nil {
-		return fmt.Errorf("%s pods Ready: %w", o.Proxy, err)
+	if o.Proxy == ProxyNone {
+		logf("no Service proxy (PROXY=none): ClusterIPs answer once one is installed; CoreDNS is not waited for (it reaches the API server through one)")
+	} else {
+		if err := waitPodsReady(ctx, cs, "kube-system", proxySelector, 0, 4*time.Minute); err != nil {
+			return fmt.Errorf("%s pods Ready: %w", o.Proxy, err)
+		}
+		logf("%s Ready on every node", o.Proxy)
+		if err := waitPodsReady(ctx, cs, "kube-system", "k8s-app=kube-dns", 2, 3*time.Minute); err != nil {
+			return fmt.Errorf("CoreDNS Ready: %w", err)
+		}
+		logf("CoreDNS Ready behind kube-dns (%s)", DNSIP)
 	}
-	logf("%s Ready on every node", o.Proxy)
-	if err := waitPodsReady(ctx, cs, "kube-system", "k8s-app=kube-dns", 2, 3*time.Minute); err != nil {
-		return fmt.Errorf("CoreDNS Ready: %w", err)
-	}
-	logf("CoreDNS Ready behind kube-dns (%s)", DNSIP)
 
 	st := &State{
 		PID: os.Getpid(), ID: c.ID, Namespaces: map[string]string{}, Cgroup: cg.Name,

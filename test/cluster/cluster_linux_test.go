@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/netns"
 )
 
@@ -217,17 +216,8 @@ func requireCluster(t *testing.T) string {
 		}
 		t.Skip(msg)
 	}
-	if err := preflight(); err != nil {
+	if err := Prerequisites(root); err != nil {
 		fail(err.Error())
-	}
-	if _, err := controlplane.Ensure(context.Background(), controlplane.BuildOptions{RepoRoot: root, NoBuild: true}); err != nil {
-		fail(fmt.Sprintf("%v (make cluster-binaries builds them)", err))
-	}
-	if _, err := controlplane.EnsureCluster(context.Background(), controlplane.BuildOptions{RepoRoot: root, NoBuild: true}); err != nil {
-		fail(fmt.Sprintf("%v (make cluster-binaries builds them)", err))
-	}
-	if _, err := os.Stat(filepath.Join(root, ".build", "images", "kproxy-linux-amd64.oci.tar")); err != nil {
-		fail(fmt.Sprintf("kproxy's image: %v (make images builds it)", err))
 	}
 	return root
 }

@@ -184,12 +184,12 @@ func TestCgroupNameIsStableAndDistinct(t *testing.T) {
 }
 
 func TestCheckProxy(t *testing.T) {
-	for _, ok := range [][2]string{{"kproxy", "iptables"}, {"kproxy", "nftables"}, {"kube-proxy", "iptables"}, {"kube-proxy", "nftables"}} {
+	for _, ok := range [][2]string{{"kproxy", "iptables"}, {"kproxy", "nftables"}, {"kube-proxy", "iptables"}, {"kube-proxy", "nftables"}, {"none", "iptables"}} {
 		if err := CheckProxy(ok[0], ok[1]); err != nil {
 			t.Errorf("CheckProxy(%v): %v", ok, err)
 		}
 	}
-	for _, bad := range [][2]string{{"kproxy", "ipvs"}, {"cilium", "iptables"}, {"", ""}} {
+	for _, bad := range [][2]string{{"kproxy", "ipvs"}, {"cilium", "iptables"}, {"none", "ipvs"}, {"", ""}} {
 		if err := CheckProxy(bad[0], bad[1]); err == nil {
 			t.Errorf("CheckProxy(%v) accepted", bad)
 		}

@@ -14,6 +14,13 @@ const (
 	ProxyKproxy = "kproxy"
 	// ProxyKubeProxy is upstream kube-proxy v1.37.2 as kubeadm deploys it.
 	ProxyKubeProxy = "kube-proxy"
+	// ProxyNone is a cluster without a Service proxy, for a user (or a
+	// test: hack/tools' TestChartOnCluster) to install one, with Helm for
+	// example. make images' kproxy image is imported in the nodes all the
+	// same; MODE only sets kube-proxy's ConfigMap. Nothing reaches a
+	// ClusterIP until a proxy runs, CoreDNS's connection to the API server
+	// included: it is not waited for.
+	ProxyNone = "none"
 )
 
 // Modes are the Linux proxy modes both proxies have.
@@ -21,8 +28,8 @@ var Modes = []string{"iptables", "nftables"}
 
 // CheckProxy validates a PROXY and MODE pair.
 func CheckProxy(proxy, mode string) error {
-	if proxy != ProxyKproxy && proxy != ProxyKubeProxy {
-		return fmt.Errorf("PROXY=%q: want %s or %s", proxy, ProxyKproxy, ProxyKubeProxy)
+	if proxy != ProxyKproxy && proxy != ProxyKubeProxy && proxy != ProxyNone {
+		return fmt.Errorf("PROXY=%q: want %s, %s or %s", proxy, ProxyKproxy, ProxyKubeProxy, ProxyNone)
 	}
 	for _, m := range Modes {
 		if m == mode {

@@ -123,8 +123,12 @@ func Hints(s *State, o HintOptions) string {
 	w("Kubernetes cluster running (daemon pid %d; %s removes it).", s.PID, mk("cluster-down"))
 	w("")
 	w("  control-plane  %s: kube-apiserver, etcd, kube-controller-manager, kube-scheduler", s.APIServer)
+	proxy := fmt.Sprintf("%s (%s mode)", s.Proxy, s.Mode)
+	if s.Proxy == ProxyNone {
+		proxy = "no Service proxy yet (PROXY=none: install one, docs/install.md)"
+	}
 	for _, n := range s.Nodes {
-		w("  %-13s  %-13s  containerd, kubelet, pods in %s; %s (%s mode)", n.Name, n.IP, n.PodCIDR, s.Proxy, s.Mode)
+		w("  %-13s  %-13s  containerd, kubelet, pods in %s; %s", n.Name, n.IP, n.PodCIDR, proxy)
 	}
 	w("  cluster DNS    CoreDNS behind kube-dns, %s", DNSIP)
 	w("")

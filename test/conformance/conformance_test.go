@@ -138,6 +138,7 @@ func TestSkipRegexp(t *testing.T) {
 		"[sig-network] Netpol NetworkPolicy between server and client should support a 'default-deny-ingress' policy [Feature:NetworkPolicy]",
 		"[sig-network] Services should be able to handle large requests [Serial]",
 		"[sig-network] Networking IPerf2 [Feature:Networking-Performance] [Feature:Networking-IPv6]",
+		"[sig-network] Networking IPerf2 [Feature:Networking-Performance] should run iperf2",
 	} {
 		if !re.MatchString(name) {
 			t.Errorf("not skipped: %s", name)

@@ -85,7 +85,13 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 	if err := cluster.CheckProxy(o.Proxy, o.Mode); err != nil {
 		return Results{}, err
 	}
+	if o.Proxy == cluster.ProxyNone {
+		return Results{}, errors.New("PROXY=none: the suite needs a Service proxy (kproxy or kube-proxy)")
+	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, "make conformance: "+format+"\n", args...) }
+	// The commit the run starts from: the tree may change during the suite
+	// (a run's summary once named the commit made while it ran).
+	commit, _ := exec.CommandContext(ctx, "git", "-C", o.Root, "describe", "--always", "--dirty").Output()
 	co := cluster.Options{Dir: o.ClusterDir, Root: o.Root, Out: o.Out, Proxy: o.Proxy, Mode: o.Mode, KproxyImage: o.KproxyImage, Tool: o.ClusterTool}
 	st, err := cluster.ReadState(o.ClusterDir)
 	reuse := err == nil && !o.Fresh && st.Proxy == o.Proxy && st.Mode == o.Mode
@@ -141,7 +147,6 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 	if err != nil {
 		return Results{}, err
 	}
-	commit, _ := exec.CommandContext(ctx, "git", "-C", o.Root, "describe", "--always", "--dirty").Output()
 	h := Header{
 		Proxy: o.Proxy, Mode: o.Mode, Commit: strings.TrimSpace(string(commit)), Command: o.Command,
 		Started: started, Focus: r.Focus, Skip: r.Skip, Skips: skips, Evidence: evidenceText,

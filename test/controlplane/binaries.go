@@ -72,7 +72,10 @@ type BuildOptions struct {
 
 // target is one wrapper module and the package built from it.
 type target struct {
-	name      string
+	name string
+	// file is the cache's file name when it is not name: a new one when
+	// the binary's source here changes (the cache is by file name).
+	file      string
 	moduleDir string // relative to the repository root
 	pkg       string // package path given to go build, from moduleDir
 	ldflags   string
@@ -254,7 +257,11 @@ func exeName(name string) string {
 
 // ensureOne returns the cached binary of t, building it when missing.
 func ensureOne(ctx context.Context, o BuildOptions, t target) (BuildResult, error) {
-	path := filepath.Join(o.CacheDir, exeName(t.name))
+	file := t.name
+	if t.file != "" {
+		file = t.file
+	}
+	path := filepath.Join(o.CacheDir, exeName(file))
 	res := BuildResult{Name: t.name, Path: path}
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 		res.Size = fi.Size()

@@ -393,3 +393,33 @@ func TestDefaultClusterCacheDir(t *testing.T) {
 		t.Errorf("DefaultClusterCacheDir with override = %q, want %q", got, want)
 	}
 }
+
+// TestCoreDNSPlugins: the CoreDNS built here links, and orders, every
+// plugin of the Corefiles it serves: kubeadm's (the cluster DNS) and the
+// one the e2e suite's DNS tests give /coredns of the agnhost image (hosts
+// and log; "should support configurable pod resolv.conf" failed while
+// hosts was missing). Its cache file is not the one of the build without
+// hosts, which a cache would otherwise keep using.
+func TestCoreDNSPlugins(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("modules", "coredns", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"errors", "health", "ready", "kubernetes", "prometheus", "forward", "cache", "loop", "reload", "loadbalance", "hosts", "log"} {
+		pkg := p
+		if p == "prometheus" {
+			pkg = "metrics"
+		}
+		if !strings.Contains(string(src), `_ "github.com/coredns/coredns/plugin/`+pkg+`"`) {
+			t.Errorf("modules/coredns does not link plugin %s", pkg)
+		}
+		if !strings.Contains(string(src), "\t\""+p+"\",\n") {
+			t.Errorf("modules/coredns's directives lack %s", p)
+		}
+	}
+	for _, tg := range clusterTargets() {
+		if tg.name == "coredns" && (tg.file == "" || tg.file == "coredns") {
+			t.Errorf("the coredns target's cache file is %q: a cache holding the build without hosts would be kept", tg.file)
+		}
+	}
+}

@@ -69,7 +69,8 @@ func clusterTargets() []target {
 			tags: containerdTags + " no_grpc", coldHint: "about a minute after containerd"},
 		{name: "ctr", moduleDir: modulesDir + "/containerd", pkg: containerdPkg + "/cmd/ctr", ldflags: containerdLd, tags: containerdTags,
 			coldHint: "about a minute after containerd"},
-		{name: "coredns", moduleDir: modulesDir + "/coredns", pkg: ".", ldflags: "-s -w",
+		// coredns-hosts: with the hosts plugin (modules/coredns).
+		{name: "coredns", file: "coredns-hosts", moduleDir: modulesDir + "/coredns", pkg: ".", ldflags: "-s -w",
 			coldHint: "a few minutes cold"},
 		{name: "agnhost", moduleDir: modulesDir + "/e2e", pkg: "k8s.io/kubernetes/test/images/agnhost", ldflags: "-s -w",
 			coldHint: "a few minutes cold"},

@@ -6,8 +6,11 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/kproxy/kproxy/hack/image"
 	"github.com/kproxy/kproxy/hack/image/oci"
+	"github.com/kproxy/kproxy/test/controlplane"
 )
 
 // layerFiles lists the entries of an archive's single layer: name → link
@@ -153,8 +157,13 @@ func TestSpecsNames(t *testing.T) {
 				if f.Dst == "/agnhost" && f.Src != "/b/agnhost" {
 					t.Errorf("agnhost image takes %s, want the built agnhost", f.Src)
 				}
+				if f.Dst == "/coredns" && f.Src != "/b/coredns" {
+					t.Errorf("agnhost image's /coredns is %s, want the built CoreDNS", f.Src)
+				}
 			}
-			if !slices.Contains(dsts, "/agnhost") || !strings.HasPrefix(s.Entrypoint[0], "/agnhost") {
+			// /coredns: the DNS tests' own server pods run it from this image
+			// ("should support configurable pod resolv.conf" failed without).
+			if !slices.Contains(dsts, "/agnhost") || !slices.Contains(dsts, "/coredns") || !strings.HasPrefix(s.Entrypoint[0], "/agnhost") {
 				t.Errorf("agnhost image: files %v, entrypoint %v", dsts, s.Entrypoint)
 			}
 		}
@@ -210,4 +219,74 @@ func TestAgnhostNetcat(t *testing.T) {
 		return
 	}
 	t.Fatal("no agnhost image")
+}
+
+// TestNetworkSuiteImages: every image the network tests of upstream's e2e
+// suite name (imageutils.NAME in k8s.io/kubernetes v1.37.2's
+// test/e2e/network, read from the module cache) is built here under the
+// reference upstream's manifest gives it. A missing one is pulled by the
+// kubelet, fails (the cluster has no registry), and its test fails on the
+// harness: "should set TCP CLOSE_WAIT timeout" did, for distroless-iptables.
+func TestNetworkSuiteImages(t *testing.T) {
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(strings.TrimSpace(string(out)), "k8s.io", "kubernetes@"+controlplane.KubernetesVersion)
+	manifest, err := os.ReadFile(filepath.Join(src, "test", "utils", "image", "manifest.go"))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("k8s.io/kubernetes %s is not in the module cache (make conformance-binaries fetches it): %v", controlplane.KubernetesVersion, err)
+	}
+	registries := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+Registry):\s*"([^"]+)",`).FindAllStringSubmatch(string(manifest), -1) {
+		registries[m[1]] = m[2]
+	}
+	refs := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*configs\[(\w+)\] = Config\{list\.(\w+), "([^"]+)", "([^"]+)"\}`).FindAllStringSubmatch(string(manifest), -1) {
+		reg, ok := registries[m[2]]
+		if !ok {
+			t.Fatalf("manifest.go: no default for %s", m[2])
+		}
+		refs[m[1]] = reg + "/" + m[3] + ":" + m[4]
+	}
+	if len(refs) < 10 {
+		t.Fatalf("read %d image configs from manifest.go: its format changed", len(refs))
+	}
+	used := map[string]bool{}
+	use := regexp.MustCompile(`imageutils\.(\w+)\b`)
+	err = filepath.WalkDir(filepath.Join(src, "test", "e2e", "network"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range use.FindAllStringSubmatch(string(data), -1) {
+			if _, ok := refs[m[1]]; ok {
+				used[m[1]] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := map[string]bool{}
+	for _, s := range Specs(Programs{Pause: "/b/pause", Agnhost: "/b/agnhost", Regression: "/b/reg", CoreDNS: "/b/coredns", KubeProxy: "/b/kube-proxy", AgnhostSource: "/src/agnhost"}) {
+		for _, r := range s.Refs {
+			built[r] = true
+		}
+	}
+	if len(used) < 5 {
+		t.Fatalf("found %d images used by test/e2e/network: the scan is broken", len(used))
+	}
+	for name := range used {
+		if !built[refs[name]] {
+			t.Errorf("the network tests use imageutils.%s (%s): no image of make cluster is named so", name, refs[name])
+		}
+	}
 }

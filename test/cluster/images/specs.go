@@ -9,18 +9,21 @@ import (
 // Names of the images, as upstream's e2e suite (test/utils/image/manifest.go
 // of k8s.io/kubernetes v1.37.2), kubeadm and the kubelet name them.
 const (
-	Pause         = "registry.k8s.io/pause:3.10.2"
-	Agnhost       = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	AgnhostPrev   = "registry.k8s.io/e2e-test-images/agnhost:2.55"
-	BusyBox       = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
-	Nginx         = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
-	NginxNew      = "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"
-	GlibcDNS      = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
-	Regression    = "registry.k8s.io/e2e-test-images/regression-issue-74839:1.5"
-	CoreDNS       = "registry.k8s.io/coredns/coredns:v1.14.6"
-	KubeProxy     = "registry.k8s.io/kube-proxy:v1.37.2"
-	busyboxPkg    = "busybox-static"
-	defaultNSSwch = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nservices: files\nprotocols: files\n"
+	Pause       = "registry.k8s.io/pause:3.10.2"
+	Agnhost     = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	AgnhostPrev = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	BusyBox     = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	Nginx       = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	NginxNew    = "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"
+	GlibcDNS    = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	Regression  = "registry.k8s.io/e2e-test-images/regression-issue-74839:1.5"
+	CoreDNS     = "registry.k8s.io/coredns/coredns:v1.14.6"
+	KubeProxy   = "registry.k8s.io/kube-proxy:v1.37.2"
+	// DistrolessIptables is the privileged host-network pod of "should set
+	// TCP CLOSE_WAIT timeout", which reads the node's conntrack table.
+	DistrolessIptables = "registry.k8s.io/build-image/distroless-iptables:v0.9.9"
+	busyboxPkg         = "busybox-static"
+	defaultNSSwch      = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nservices: files\nprotocols: files\n"
 )
 
 // Programs are the binaries the images carry (test/controlplane builds them).
@@ -79,6 +82,9 @@ func Specs(p Programs) []Spec {
 		Files: append(accounts("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
 			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"),
 			File{Src: p.Agnhost, Dst: "/agnhost", Mode: 0o755},
+			// The e2e suite's DNS tests run /coredns -conf with a Corefile
+			// of hosts and log (upstream's agnhost image has CoreDNS).
+			File{Src: p.CoreDNS, Dst: "/coredns", Mode: 0o755},
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.crt"), Dst: "/localhost.crt", Mode: 0o644},
 			File{Src: filepath.Join(p.AgnhostSource, "porter", "localhost.key"), Dst: "/localhost.key", Mode: 0o644},
 		),
@@ -96,7 +102,7 @@ func Specs(p Programs) []Spec {
 		Entrypoint: []string{"/agnhost"},
 		Cmd:        []string{"pause"},
 		Why: "Debian's bash, curl, netcat-openbsd, iproute2, dig (bind9-dnsutils, glibc where upstream's is musl), socat, " +
-			"iperf and busybox in place of Alpine's; no coredns binary and no fake registry; agnhost:2.55 is the same image under the older tag",
+			"iperf (2.1.8, not 2.2) and busybox in place of Alpine's; the cluster's CoreDNS build (kubeadm's plugins and hosts) as /coredns; no fake registry; agnhost:2.55 is the same image under the older tag",
 	}
 	return []Spec{
 		{
@@ -150,6 +156,18 @@ func Specs(p Programs) []Spec {
 			Files:      []File{{Src: p.CoreDNS, Dst: "/coredns", Mode: 0o755}},
 			Entrypoint: []string{"/coredns"},
 			Why:        "CoreDNS v1.14.6 with the plugins of kubeadm's Corefile only (test/controlplane/modules/coredns)",
+		},
+		{
+			Name: "distroless-iptables",
+			Refs: []string{DistrolessIptables},
+			// The suite runs sleep, then sh -c with test, cat, grep, which
+			// and conntrack -L.
+			Packages:     []string{"dash", "conntrack", "iptables", busyboxPkg},
+			Busybox:      true,
+			Alternatives: true,
+			Files:        accounts("", ""),
+			Symlinks:     map[string]string{"/bin/sh": "dash"},
+			Why:          "Debian's iptables (nft alternative) and conntrack, with dash and busybox for the shell commands the suite runs in it",
 		},
 		{
 			Name:         "kube-proxy",

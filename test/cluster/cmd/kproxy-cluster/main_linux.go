@@ -8,7 +8,7 @@
 //	kproxy-cluster [flags] run                    the daemon (started by up)
 //
 // Flags: -dir DIR (default <repository>/.build/cluster), -root ROOT (found
-// from the working directory), -proxy kproxy|kube-proxy, -mode
+// from the working directory), -proxy kproxy|kube-proxy|none, -mode
 // iptables|nftables, -overlay kubeadm|default, -kproxy-image FILE. Needs
 // root.
 package main
@@ -30,7 +30,7 @@ func main() {
 	var o cluster.Options
 	flag.StringVar(&o.Dir, "dir", "", "state directory (default <repository>/.build/cluster)")
 	flag.StringVar(&o.Root, "root", "", "kproxy repository root (default: found from the working directory)")
-	flag.StringVar(&o.Proxy, "proxy", cluster.ProxyKproxy, "the Service proxy: kproxy (deploy/, make images' image) or kube-proxy (upstream v1.37.2)")
+	flag.StringVar(&o.Proxy, "proxy", cluster.ProxyKproxy, "the Service proxy: kproxy (deploy/, make images' image), kube-proxy (upstream v1.37.2) or none (install one yourself; kproxy's image is imported)")
 	flag.StringVar(&o.Mode, "mode", "iptables", "the proxy mode: iptables or nftables")
 	flag.StringVar(&o.Overlay, "overlay", "kubeadm", "how kproxy is applied: kubeadm (deploy/overlays/kubeadm) or default (deploy/)")
 	flag.StringVar(&o.KproxyImage, "kproxy-image", "", "kproxy's image archive (default <repository>/.build/images/kproxy-linux-amd64.oci.tar, from make images)")

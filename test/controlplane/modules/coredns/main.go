@@ -1,7 +1,9 @@
-// Command coredns is CoreDNS with the plugins of kubeadm's default Corefile
-// and nothing else (no cloud DNS providers, no etcd, no dnstap): the cluster
-// DNS of make cluster, run as the kube-system/coredns Deployment behind the
-// kube-dns Service.
+// Command coredns is CoreDNS with the plugins of kubeadm's default Corefile,
+// plus hosts, and nothing else (no cloud DNS providers, no etcd, no dnstap):
+// the cluster DNS of make cluster, run as the kube-system/coredns Deployment
+// behind the kube-dns Service, and /coredns of the agnhost image, which the
+// e2e suite's DNS tests run as a server of their own with a Corefile of
+// hosts and log.
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/hosts"
 	_ "github.com/coredns/coredns/plugin/kubernetes"
 	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
@@ -32,6 +35,7 @@ var directives = []string{
 	"log",
 	"loadbalance",
 	"cache",
+	"hosts",
 	"kubernetes",
 	"loop",
 	"forward",
