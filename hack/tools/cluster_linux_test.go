@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -225,7 +226,53 @@ config:
 		}
 		t.Logf("%s: NodePort %s answered from outside on every node", phase, nodePort)
 	}
+	// kubectl's plugin (bin/kubectl-kproxy, built from this tree), run by
+	// kubectl as a plugin: status of both nodes' kproxy and a planned path
+	// through the Service, from the API server.
+	pluginDir := filepath.Join(base, "plugin")
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(pluginDir, "kubectl-kproxy"), "./cmd/kubectl-kproxy")
+	build.Dir, build.Env = root, append(os.Environ(), "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kubectl-kproxy: %v\n%s", err, out)
+	}
+	plugin := func(phase, mode string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		run := func(args ...string) string {
+			cmd := exec.CommandContext(ctx, filepath.Join(dir, cluster.BinDir, "kubectl"), append([]string{"kproxy"}, args...)...)
+			cmd.Env = append(os.Environ(), "PATH="+pluginDir+":"+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: kubectl kproxy %s: %v\n%s", phase, strings.Join(args, " "), err, out)
+			}
+			return string(out)
+		}
+		var rows []struct {
+			Node, Mode, Health string
+		}
+		out := run("status", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("%s: kubectl kproxy status -o json: %v\n%s", phase, err, out)
+		}
+		if len(rows) != len(st.Nodes) {
+			t.Errorf("%s: kubectl kproxy status lists %d nodes, want %d:\n%s", phase, len(rows), len(st.Nodes), out)
+		}
+		for _, r := range rows {
+			if r.Health != "healthy" || r.Mode != mode {
+				t.Errorf("%s: kubectl kproxy status: node %s %s in mode %q, want healthy in %s:\n%s", phase, r.Node, r.Health, r.Mode, mode, out)
+			}
+		}
+		expl := run("explain", st.Nodes[0].Name, "--to", clusterIP+":80")
+		for _, want := range []string{mode + " planned", "frontend    ClusterIP " + clusterIP + ":80 of default/web", "verdict     DNAT"} {
+			if !strings.Contains(expl, want) {
+				t.Errorf("%s: kubectl kproxy explain %s: no %q in:\n%s", phase, st.Nodes[0].Name, want, expl)
+			}
+		}
+		t.Logf("%s: kubectl kproxy status and explain agree with the cluster", phase)
+	}
 	traffic("iptables mode")
+	plugin("iptables mode", "iptables")
 	for name, r := range nodeRules("after helm install") {
 		if !strings.Contains(r.kproxyChains(), "KPROXY-SERVICES") || r.kproxyTables() != "" {
 			t.Errorf("%s after helm install (mode iptables): kproxy's chains %q, its nftables tables %q; want KPROXY-SERVICES and no table", name, r.kproxyChains(), r.kproxyTables())
@@ -244,6 +291,7 @@ config:
 		}
 	}
 	traffic("nftables mode")
+	plugin("nftables mode", "nftables")
 	for name, r := range nodeRules("after helm upgrade") {
 		if c := r.kproxyChains(); c != "" {
 			t.Errorf("%s after helm upgrade to nftables: kproxy's iptables chains are left: %s", name, c)
