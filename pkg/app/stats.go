@@ -38,11 +38,7 @@ func (st *familyStats) update(cur *proxy.FamilyView, ch proxy.Changes) (touched 
 		return nil, true
 	}
 	touched = map[types.NamespacedName]struct{}{}
-	for n := range ch.Ports {
-		old, now := st.view.Get(n), cur.Get(n)
-		if old == now {
-			continue
-		}
+	ch.Differences(st.view, cur, func(n proxy.ServicePortName, old, now *proxy.ServicePort) {
 		if old != nil {
 			st.add(old, -1)
 		}
@@ -52,7 +48,7 @@ func (st *familyStats) update(cur *proxy.FamilyView, ch proxy.Changes) (touched 
 		if (old != nil && old.HealthCheckNodePort != 0) || (now != nil && now.HealthCheckNodePort != 0) {
 			touched[n.NamespacedName] = struct{}{}
 		}
-	}
+	})
 	st.view = cur
 	return touched, false
 }

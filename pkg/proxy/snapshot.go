@@ -149,6 +149,19 @@ func (c Changes) Touches(old, cur *FamilyView) bool {
 	return false
 }
 
+// Differences calls f for each port c names whose value differs between
+// old and cur (nil where a view lacks it): what a consumer that keeps
+// something per port updates, from the changes alone, when old is the view
+// it last saw (c must name every port that differs since then; the cache's
+// changes since the last acknowledged snapshot do when old is no older).
+func (c Changes) Differences(old, cur *FamilyView, f func(n ServicePortName, old, cur *ServicePort)) {
+	for n := range c.Ports {
+		if o, p := old.Get(n), cur.Get(n); o != p {
+			f(n, o, p)
+		}
+	}
+}
+
 // Empty reports whether nothing changed and no full sync is asked.
 func (c Changes) Empty() bool { return !c.Full && !c.Node && len(c.Ports) == 0 }
 

@@ -58,13 +58,13 @@ func (b *leastConn) track(view *proxy.FamilyView, ch proxy.Changes) {
 			}
 		}
 	} else {
-		for n := range ch.Ports {
-			if sp := view.Get(n); leastConnPort(sp) {
+		ch.Differences(b.view, view, func(n proxy.ServicePortName, _, sp *proxy.ServicePort) {
+			if leastConnPort(sp) {
 				b.ports[n] = sp
 			} else {
 				delete(b.ports, n)
 			}
-		}
+		})
 	}
 	b.view = view
 }

@@ -61,10 +61,7 @@ func DetectFlavour(ctx context.Context, family v1.IPFamily) (Flavour, error) {
 	var p FlavourProbe
 	save := func(f Flavour, table string) []byte {
 		// A table the flavour does not have yet is no error: no rules.
-		if f == FlavourLegacy && legacyTableAbsent(family, table) {
-			return nil // and asking would create it
-		}
-		out, _ := exec.CommandContext(ctx, CommandsFor(family, f).Save, "-t", table).Output()
+		out, _ := saveTable(ctx, family, f, table)
 		return out
 	}
 	for _, f := range []Flavour{FlavourLegacy, FlavourNFT} {
@@ -196,15 +193,23 @@ func (s *systemIptables) Restore(ctx context.Context, data []byte) error {
 }
 
 func (s *systemIptables) Save(ctx context.Context, table string) ([]byte, error) {
-	if s.flavour == FlavourLegacy && legacyTableAbsent(s.family, table) {
-		return nil, nil // no table: no rules (and none created)
+	return saveTable(ctx, s.family, s.flavour, table)
+}
+
+// saveTable runs iptables-save -t table of family and flavour. A legacy
+// table the kernel does not list is not asked about (asking would create
+// it): no rules.
+func saveTable(ctx context.Context, family v1.IPFamily, flavour Flavour, table string) ([]byte, error) {
+	if flavour == FlavourLegacy && legacyTableAbsent(family, table) {
+		return nil, nil
 	}
-	cmd := exec.CommandContext(ctx, s.cmds.Save, "-t", table)
+	save := CommandsFor(family, flavour).Save
+	cmd := exec.CommandContext(ctx, save, "-t", table)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s -t %s: %w: %s", s.cmds.Save, table, err, firstLines(stderr.String(), 3))
+		return nil, fmt.Errorf("%s -t %s: %w: %s", save, table, err, firstLines(stderr.String(), 3))
 	}
 	return out, nil
 }
