@@ -24,7 +24,7 @@ var dynamicExecs = map[string][]string{
 	"platform/linux/system_linux.go: cmds.Iptables":               iptablesTools(),
 	"platform/linux/system_linux.go: c":                           iptablesTools(),
 	"platform/linux/system_linux.go: s.cmds.Restore":              iptablesTools(),
-	"platform/linux/system_linux.go: s.cmds.Save":                 iptablesTools(),
+	"platform/linux/system_linux.go: save":                        iptablesTools(),
 	"platform/linux/counters_linux.go: bin":                       iptablesTools(),
 	"platform/linux/nftables/exec.go: s.path":                     {"nft"},
 }
