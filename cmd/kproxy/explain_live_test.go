@@ -154,13 +154,13 @@ func TestExplainLiveHNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(context.Background(), snap, proxy.Changes{Full: true}); err != nil {
+	if err := b.Sync(context.Background(), windows.FullView(v1.IPv4Protocol, snap)); err != nil {
 		t.Fatal(err)
 	}
 	q := explain.Query{To: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP,
 		From: netip.MustParseAddr("10.244.1.5"), Origin: explain.FromPod, NodeAddrs: snap.Node.Addresses}
 	run := func() *explain.Result {
-		tr, err := b.Explainer(snap, true)
+		tr, err := b.Explainer(windows.FullView(v1.IPv4Protocol, snap), true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func kernelspaceDryRun(o *config.Options) (app.Backends, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, app.FamilyBackend{Family: fam, Snapshots: b})
+		out = append(out, app.FamilyBackend{Family: fam, Backend: b})
 	}
 	return out, nil
 }

@@ -39,7 +39,7 @@ func newHNSBackend(ctx context.Context, o *config.Options, env app.Env) (app.Bac
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
-		backends = append(backends, app.FamilyBackend{Family: fam, Snapshots: b})
+		backends = append(backends, app.FamilyBackend{Family: fam, Backend: b})
 	}
 	klog.FromContext(ctx).Info("HNS backend ready", "network", o.Winkernel().NetworkName)
 	return backends, nil

@@ -47,22 +47,11 @@ type Env struct {
 	Metrics *metrics.Metrics
 }
 
-// FamilyBackend is the backend of one IP family. Backend programs the
-// family from the intent View the app builds at each sync; Snapshots, for
-// a backend that still reads the cache's snapshots itself (the Windows
-// one, until it takes Views), is used when Backend is nil.
+// FamilyBackend is the backend of one IP family, which programs the family
+// from the intent View the app builds at each sync.
 type FamilyBackend struct {
-	Family    v1.IPFamily
-	Backend   intent.Backend
-	Snapshots proxy.Backend
-}
-
-// impl returns the backend value, whichever interface it serves.
-func (b FamilyBackend) impl() any {
-	if b.Backend != nil {
-		return b.Backend
-	}
-	return b.Snapshots
+	Family  v1.IPFamily
+	Backend intent.Backend
 }
 
 // Backends are a mode's backends, one per IP family the node proxies, in
@@ -84,8 +73,8 @@ type Mode struct {
 	// mode cannot run on this OS.
 	NewBackend func(ctx context.Context, o *config.Options, env Env) (Backends, error)
 	// NewDryRun builds side-effect-free renderers of what the backends
-	// would program, one per family (each Backend an intent.DryRunner, or
-	// Snapshots a proxy.DryRunner); it works on any OS.
+	// would program, one per family (each Backend an intent.DryRunner); it
+	// works on any OS.
 	NewDryRun func(o *config.Options) (Backends, error)
 	// LocalAddrs lists the addresses on the node's interfaces (every
 	// family), read once per sync: the node's own addresses in the

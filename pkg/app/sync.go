@@ -110,14 +110,9 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 		}
 		began := s.clock.Now()
 		var err error
-		var problems []proxy.Unsupported
-		if b.Backend != nil {
-			v := s.view(b, snap, ch)
-			problems = v.Problems()
-			err = b.Backend.Sync(ctx, v)
-		} else {
-			err = b.Snapshots.Sync(ctx, snap, ch)
-		}
+		v := s.view(b, snap, ch)
+		problems := v.Problems()
+		err = b.Backend.Sync(ctx, v)
 		took := s.clock.Since(began)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -127,7 +122,7 @@ func (s *syncer) sync(ctx context.Context, full bool) (*proxy.Snapshot, error) {
 			continue
 		}
 		s.quarantined(b)
-		if r, ok := b.impl().(proxy.UnsupportedReporter); ok {
+		if r, ok := b.Backend.(proxy.UnsupportedReporter); ok {
 			problems = append(problems, r.Unsupported()...)
 		}
 		s.unsupported(b.Family, problems)
@@ -185,7 +180,7 @@ func (s *syncer) scheduleRetry() {
 	}
 	var first time.Time
 	for _, b := range s.backends {
-		q, ok := b.impl().(proxy.Quarantiner)
+		q, ok := b.Backend.(proxy.Quarantiner)
 		if !ok {
 			continue
 		}
@@ -210,7 +205,7 @@ const ReasonQuarantined = "Quarantined"
 // Service, once per Service). The sync itself succeeded: everything else is
 // programmed, and health stays good.
 func (s *syncer) quarantined(b FamilyBackend) {
-	q, ok := b.impl().(proxy.Quarantiner)
+	q, ok := b.Backend.(proxy.Quarantiner)
 	if !ok {
 		return
 	}

@@ -60,14 +60,11 @@ func dryRun(o *config.Options, mode Mode, snap *proxy.Snapshot, w io.Writer) err
 	}
 	s := Settings(o, mode)
 	for _, r := range runners {
-		switch d := r.impl().(type) {
-		case intent.DryRunner:
-			err = d.DryRun(w, FullView(s, r.Family, snap, local))
-		case proxy.DryRunner:
-			err = d.DryRun(w, snap)
-		default:
-			err = fmt.Errorf("backend %T cannot render a dry run", d)
+		d, ok := r.Backend.(intent.DryRunner)
+		if !ok {
+			return fmt.Errorf("backend %T cannot render a dry run", r.Backend)
 		}
+		err = d.DryRun(w, FullView(s, r.Family, snap, local))
 		if err != nil {
 			return err
 		}

@@ -192,10 +192,15 @@ func (o *Options) MasqueradeMark() uint32 {
 }
 
 // MasqueradeAll reports whether all traffic to ClusterIPs is SNATed.
-// In nftables mode it is nftables.masqueradeAll, as upstream.
+// In nftables mode it is nftables.masqueradeAll, as upstream; in
+// kernelspace mode it is false whatever the setting: HNS load balancers
+// have no equivalent (docs/windows.md).
 func (o *Options) MasqueradeAll() bool {
-	if o.Config.Mode == ModeNFTables {
+	switch o.ProxyMode() {
+	case ModeNFTables:
 		return o.Config.NFTables.MasqueradeAll
+	case ModeKernelspace:
+		return false
 	}
 	return o.Config.IPTables.MasqueradeAll
 }

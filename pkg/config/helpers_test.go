@@ -61,6 +61,7 @@ func TestAccessors(t *testing.T) {
 		{"MasqueradeMark bit 31", "linux", func(_ *Options, c *kpc) { c.IPTables.MasqueradeBit = ptr(int32(31)) }, func(o *Options) any { return o.MasqueradeMark() }, uint32(0x80000000)},
 		{"MasqueradeMark invalid bit never panics", "linux", func(_ *Options, c *kpc) { c.IPTables.MasqueradeBit = ptr(int32(99)) }, func(o *Options) any { return o.MasqueradeMark() }, uint32(0x4000)},
 		{"MasqueradeAll", "linux", func(_ *Options, c *kpc) { c.IPTables.MasqueradeAll = true }, func(o *Options) any { return o.MasqueradeAll() }, true},
+		{"MasqueradeAll has no HNS equivalent", "windows", func(_ *Options, c *kpc) { c.IPTables.MasqueradeAll = true }, func(o *Options) any { return o.MasqueradeAll() }, false},
 		{"LocalhostNodePorts default", "linux", nil, func(o *Options) any { return o.LocalhostNodePorts() }, true},
 		{"LocalhostNodePorts off", "linux", func(_ *Options, c *kpc) { c.IPTables.LocalhostNodePorts = ptr(false) }, func(o *Options) any { return o.LocalhostNodePorts() }, false},
 		{"LocalhostNodePorts unset", "linux", func(_ *Options, c *kpc) { c.IPTables.LocalhostNodePorts = nil }, func(o *Options) any { return o.LocalhostNodePorts() }, true},

@@ -32,8 +32,9 @@ type View struct {
 	// Full asks the backend to rewrite everything it owns (the runner's
 	// full syncs); otherwise only the ports Changed names need writing.
 	Full bool
-	// NodeChanged: Config differs from the previous view's (every port
-	// whose intent depends on it is in Changed too).
+	// NodeChanged: the node's facts changed since the previous view (the
+	// Node object, or the node's addresses in Config); every port whose
+	// intent depends on them is in Changed too.
 	NodeChanged bool
 
 	// ports is never written once the view is built (the Builder
@@ -162,6 +163,9 @@ func NewBuilder(f v1.IPFamily) *Builder {
 	return &Builder{family: f}
 }
 
+// Family returns the builder's IP family.
+func (b *Builder) Family() v1.IPFamily { return b.family }
+
 // Last returns the last View built (nil before the first).
 func (b *Builder) Last() *View { return b.last }
 
@@ -221,7 +225,8 @@ func (b *Builder) rebuild(in Input, fv *proxy.FamilyView, v, prev *View) {
 
 // update starts from prev's ports and builds again those that changed.
 func (b *Builder) update(in Input, fv *proxy.FamilyView, v, prev *View) {
-	v.NodeChanged = !slices.Equal(prev.Config.NodeIPs, in.Config.NodeIPs)
+	nodeIPs := !slices.Equal(prev.Config.NodeIPs, in.Config.NodeIPs)
+	v.NodeChanged = nodeIPs || in.Changes.Node
 	todo := map[proxy.ServicePortName]struct{}{}
 	for n := range in.Changes.Ports {
 		todo[n] = struct{}{}
@@ -229,7 +234,7 @@ func (b *Builder) update(in Input, fv *proxy.FamilyView, v, prev *View) {
 	for n := range in.ConnsChanged {
 		todo[n] = struct{}{}
 	}
-	if v.NodeChanged {
+	if nodeIPs {
 		for _, sp := range fv.Sorted() {
 			if DependsOnNodeIPs(sp) {
 				todo[sp.Name] = struct{}{}
@@ -241,7 +246,7 @@ func (b *Builder) update(in Input, fv *proxy.FamilyView, v, prev *View) {
 		sp := fv.Get(n)
 		old := b.raw[n]
 		_, connsChanged := in.ConnsChanged[n]
-		if old != nil && sp != nil && old.From == sp && !connsChanged && !(v.NodeChanged && DependsOnNodeIPs(sp)) {
+		if old != nil && sp != nil && old.From == sp && !connsChanged && !(nodeIPs && DependsOnNodeIPs(sp)) {
 			continue // the same cache value: the same intent
 		}
 		if old == nil && sp == nil && b.invalid[n] == nil {

@@ -39,15 +39,3 @@ func SortQuarantined(ports []QuarantinedPort) {
 		return strings.Compare(string(a.Family), string(b.Family))
 	})
 }
-
-// Quarantined lists what every backend that isolates ports left out.
-func (f FanOut) Quarantined() []QuarantinedPort {
-	var out []QuarantinedPort
-	for _, b := range f {
-		if q, ok := b.(Quarantiner); ok {
-			out = append(out, q.Quarantined()...)
-		}
-	}
-	SortQuarantined(out)
-	return out
-}

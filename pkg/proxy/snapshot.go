@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"context"
-	"io"
 	"iter"
 	"sync"
 	"time"
@@ -164,18 +162,3 @@ func (c Changes) Differences(old, cur *FamilyView, f func(n ServicePortName, old
 
 // Empty reports whether nothing changed and no full sync is asked.
 func (c Changes) Empty() bool { return !c.Full && !c.Node && len(c.Ports) == 0 }
-
-// Backend programs a node's packet path from snapshots.
-//
-// Sync makes the platform match snap. It may rewrite only what ch says changed
-// unless ch.Full is set. On error the caller retries later with ch.Full set;
-// a backend must keep programming everything it can past one bad item and
-// return the joined errors.
-type Backend interface {
-	Sync(ctx context.Context, snap *Snapshot, ch Changes) error
-}
-
-// DryRunner renders, without side effects, what a backend would program for snap.
-type DryRunner interface {
-	DryRun(w io.Writer, snap *Snapshot) error
-}

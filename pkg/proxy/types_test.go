@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -76,25 +74,6 @@ func TestServicePortNameOrderAndString(t *testing.T) {
 				t.Errorf("%v < %v = %v", ordered[i], ordered[j], got)
 			}
 		}
-	}
-}
-
-type fakeBackend struct {
-	err   error
-	calls int
-}
-
-func (f *fakeBackend) Sync(context.Context, *Snapshot, Changes) error { f.calls++; return f.err }
-
-func TestFanOutSyncsEveryBackendAndJoinsErrors(t *testing.T) {
-	e1 := errors.New("ipv4 failed")
-	a, b := &fakeBackend{err: e1}, &fakeBackend{}
-	err := FanOut{a, b}.Sync(context.Background(), &Snapshot{}, Changes{})
-	if !errors.Is(err, e1) || a.calls != 1 || b.calls != 1 {
-		t.Errorf("err %v, calls %d %d", err, a.calls, b.calls)
-	}
-	if err := (FanOut{b, b}).Sync(context.Background(), &Snapshot{}, Changes{}); err != nil {
-		t.Errorf("err %v", err)
 	}
 }
 

@@ -61,15 +61,3 @@ func SortUnsupported(us []Unsupported) {
 		)
 	})
 }
-
-// Unsupported lists what every backend that reports it left out.
-func (f FanOut) Unsupported() []Unsupported {
-	var out []Unsupported
-	for _, b := range f {
-		if r, ok := b.(UnsupportedReporter); ok {
-			out = append(out, r.Unsupported()...)
-		}
-	}
-	SortUnsupported(out)
-	return out
-}

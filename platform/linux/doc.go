@@ -1,14 +1,22 @@
-// Package linux is kproxy's iptables backend: one Backend per IP family
-// programs the nat and filter tables so that Service traffic reaches the
-// endpoints the shared cache selected (see docs/linux.md for the chain layout
-// and the path of a packet for each Service type).
+// Package linux holds kproxy's two Linux backends, the iptables mode and
+// the nftables mode, and the one Driver (driver.go) that owns the sync
+// protocol they share: full or partial syncs, the check of a partial sync,
+// a failed partial sync retried full, isolation of a rejected port,
+// route_localnet, conntrack cleanup, least-connection counts, dry run and
+// cleanup. Each mode is a thin adapter (iptables_mode.go, nftables_mode.go)
+// over a pure renderer: platform/linux/iptables renders iptables-restore
+// input, platform/linux/nftables renders nftables transactions. Both take
+// the intent View the app builds at each sync (pkg/intent); see
+// docs/linux.md and docs/nftables.md for the rules and the path of a packet
+// for each Service type.
 //
 // # Using it
 //
-//	b, err := linux.New(linux.Options{Rules: cfg})  // cfg: facts.Config for one family
-//	err = b.Sync(ctx, snap, changes)                // proxy.Backend
-//	err = b.DryRun(os.Stdout, snap)                 // proxy.DryRunner: the exact restore input
-//	err = b.Cleanup(ctx)                            // kproxy --cleanup
+//	b, err := linux.New(linux.Options{Rules: cfg})  // iptables mode; cfg: facts.Config for one family
+//	n, err := linux.NewNFT(linux.NFTOptions{...})    // nftables mode
+//	err = b.Sync(ctx, view)                          // intent.Backend
+//	err = b.DryRun(os.Stdout, view)                  // intent.DryRunner: the exact restore input
+//	err = b.Cleanup(ctx)                             // kproxy --cleanup
 //
 // facts.DefaultConfig(family) gives upstream kube-proxy's defaults; set
 // ClusterCIDRs (--cluster-cidr), MasqueradeAll, NodePortAddresses and
@@ -21,9 +29,9 @@
 // Tests pass the fakes of this package (FakeIptables enforces the kernel's
 // rules on restore input).
 //
-// # What a sync does
+// # What an iptables-mode sync does
 //
-// The pure planner (package rules) renders iptables-restore input; the
+// The pure planner (package iptables) renders iptables-restore input; the
 // Backend applies it with one iptables-restore --noflush per sync (nat and
 // filter together) and no other iptables command.
 //

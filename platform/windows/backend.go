@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	"github.com/kproxy/kproxy/platform/windows/plan"
@@ -139,8 +140,8 @@ type Options struct {
 }
 
 // Backend programs HNS load balancers and remote endpoints for one IP family.
-// It implements proxy.Backend, proxy.DryRunner, proxy.UnsupportedReporter
-// and proxy.Quarantiner.
+// It implements intent.Backend, intent.DryRunner, proxy.UnsupportedReporter
+// and proxy.Quarantiner: the app hands it the intent view of each sync.
 //
 // It keeps a record of what exists in HNS (reconcile.Record), refreshed by a
 // full listing on the first sync, every ResyncPeriod and after a failed
@@ -197,8 +198,8 @@ type Backend struct {
 }
 
 var (
-	_ proxy.Backend             = (*Backend)(nil)
-	_ proxy.DryRunner           = (*Backend)(nil)
+	_ intent.Backend            = (*Backend)(nil)
+	_ intent.DryRunner          = (*Backend)(nil)
 	_ proxy.UnsupportedReporter = (*Backend)(nil)
 )
 
@@ -275,8 +276,9 @@ func New(opts Options) (*Backend, error) {
 // ErrDryRunOnly is returned by Sync on a backend made without HNS.
 var ErrDryRunOnly = errors.New("windows backend without HNS can only dry-run")
 
-// Sync makes HNS match snap for the backend's family. See proxy.Backend.
-func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Changes) error {
+// Sync makes HNS match the intent view v of the backend's family. See
+// intent.Backend.
+func (b *Backend) Sync(ctx context.Context, v *intent.View) error {
 	if b.hns == nil {
 		return ErrDryRunOnly
 	}
@@ -286,7 +288,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 	resync := b.opts.ResyncPeriod > 0 && !b.lastList.IsZero() && now.Sub(b.lastList) >= b.opts.ResyncPeriod
 	list := b.needList || resync
 	check := !list && b.opts.CheckPeriod > 0 && now.Sub(b.lastCheck) >= b.opts.CheckPeriod
-	if ch.Empty() && !list && !check && !b.q.due(now) {
+	if !v.Full && v.NumChanged() == 0 && !v.NodeChanged && !list && !check && !b.q.due(now) {
 		return nil
 	}
 	if b.q.noVIP != nil && b.opts.CheckPeriod > 0 && now.Sub(b.lastList) >= b.opts.CheckPeriod {
@@ -304,7 +306,7 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 			list = true
 		}
 	}
-	err := b.sync(ctx, snap, list, check, now)
+	err := b.sync(ctx, v, list, check, now)
 	b.needList = err != nil
 	return err
 }
@@ -314,6 +316,9 @@ func (b *Backend) Sync(ctx context.Context, snap *proxy.Snapshot, ch proxy.Chang
 func (b *Backend) report(ws []plan.Warning) {
 	out := make([]proxy.Unsupported, 0, len(ws))
 	for _, w := range ws {
+		if w.FromIntent {
+			continue // the app reports the view's problems itself
+		}
 		out = append(out, proxy.Unsupported{Service: w.Service, Family: b.opts.Family, Reason: w.Reason, Message: w.Message})
 	}
 	proxy.SortUnsupported(out)

@@ -79,7 +79,7 @@ func addrs(list ...string) (out []netip.Addr) {
 func (h *harness) sync(s *proxy.Snapshot, ch proxy.Changes) (map[string]int, error) {
 	h.t.Helper()
 	h.f.ResetCalls()
-	err := h.b.Sync(context.Background(), s, ch)
+	err := syncSnap(context.Background(), h.b, s, ch)
 	// Warnings as the app reports them: each (Service, reason) once while
 	// it applies, again if it comes back.
 	cur := map[string]bool{}
@@ -446,7 +446,7 @@ func TestBackendDualStack(t *testing.T) {
 		wt.SvcPort("web", v1.ProtocolTCP, "fd00:10:96::10", 80, wt.NodePort(30080), wt.Eps(wt.LocalEP("fd00:244:1::5", 8080), wt.RemoteEP("fd00:244:2::5", 8080))),
 	)
 	h.mustSync(both, proxy.Changes{Full: true})
-	if err := v6.Sync(context.Background(), both, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(context.Background(), v6, both, proxy.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	want := h.f.Dump()
@@ -511,11 +511,11 @@ func TestBackendDryRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		var buf bytes.Buffer
-		if err := b.DryRun(&buf, s); err != nil {
+		if err := b.DryRun(&buf, FullView(v1.IPv4Protocol, s)); err != nil {
 			t.Fatal(err)
 		}
 		golden(t, "dryrun/offline-overlay", buf.String())
-		if err := b.Sync(context.Background(), s, proxy.Changes{Full: true}); !errors.Is(err, ErrDryRunOnly) {
+		if err := syncSnap(context.Background(), b, s, proxy.Changes{Full: true}); !errors.Is(err, ErrDryRunOnly) {
 			t.Errorf("Sync without HNS: %v", err)
 		}
 	})
@@ -523,7 +523,7 @@ func TestBackendDryRun(t *testing.T) {
 	t.Run("online", func(t *testing.T) {
 		h := newHarness(t, hns.Network{Name: "net", Type: hns.NetworkTypeL2Bridge}, wt.HNSModern)
 		var buf bytes.Buffer
-		if err := h.b.DryRun(&buf, s); err != nil {
+		if err := h.b.DryRun(&buf, FullView(v1.IPv4Protocol, s)); err != nil {
 			t.Fatal(err)
 		}
 		if c := h.f.Calls(); c[hns.OpCreateEndpoint]+c[hns.OpCreateLoadBalancer]+c[hns.OpDeleteEndpoint]+c[hns.OpDeleteLoadBalancer]+c[hns.OpUpdateLoadBalancer] != 0 {
@@ -593,7 +593,7 @@ func TestNodeIPChoice(t *testing.T) {
 		{"explicit of the other family is ignored", Options{Family: v1.IPv4Protocol, NodeIP: wt.MustAddr("fd00::9")}, nil, "10.0.0.1"},
 		{"IPv6", Options{Family: v1.IPv6Protocol}, ifaces, "fd00::1"},
 	} {
-		f := GatherFacts(&tc.opts, hns.Capabilities{}, nil, tc.ifaces, nil, s)
+		f := GatherFacts(&tc.opts, hns.Capabilities{}, nil, tc.ifaces, nil, s.Node)
 		if f.NodeIP.String() != tc.want {
 			t.Errorf("%s: node IP %s, want %s", tc.name, f.NodeIP, tc.want)
 		}

@@ -133,7 +133,7 @@ func TestBehaviourTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Sync(context.Background(), snap, proxy.Changes{Full: true}); err != nil {
+			if err := syncSnap(context.Background(), b, snap, proxy.Changes{Full: true}); err != nil {
 				t.Fatalf("%s %s: sync: %v", pc, fam, err)
 			}
 		}

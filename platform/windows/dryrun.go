@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	"github.com/kproxy/kproxy/platform/windows/plan"
 	"github.com/kproxy/kproxy/platform/windows/reconcile"
@@ -39,10 +39,10 @@ type DryRunLB struct {
 	Services []string
 }
 
-// DryRun prints, without changing anything, the HNS plan for snap as JSON.
+// DryRun prints, without changing anything, the HNS plan for v as JSON.
 // With HNS it reads the network, endpoints and load balancers to show real
 // IDs and the operations a sync would make; without, it uses Options.Offline.
-func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
+func (b *Backend) DryRun(w io.Writer, v *intent.View) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := DryRunOutput{Family: string(b.opts.Family)}
@@ -74,10 +74,10 @@ func (b *Backend) DryRun(w io.Writer, snap *proxy.Snapshot) error {
 		}
 		st, network, ifaces = o.state, o.network, o.ifaces
 	}
-	facts := GatherFacts(&b.opts, hns.CapabilitiesFor(version), network, ifaces, st, snap)
+	facts := GatherFacts(&b.opts, hns.CapabilitiesFor(version), network, ifaces, st, v.Node)
 	out.Version = version
 	out.Network = facts.Network
-	p := plan.Build(facts, snap.Family(b.opts.Family), nil)
+	p := plan.Build(facts, v, nil)
 	if p.Err != nil {
 		return fmt.Errorf("dry run: planning %s HNS load balancers: %w", b.opts.Family, p.Err)
 	}

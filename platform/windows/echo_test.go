@@ -216,7 +216,7 @@ func TestExplainLiveWhenHNSDropsFields(t *testing.T) {
 	h.f.DropOnRead(hns.FieldsAll)
 	s := echoSnap()
 	h.mustSync(s, proxy.Changes{Full: true})
-	e, err := h.b.Explainer(s, true)
+	e, err := h.b.Explainer(FullView(v1.IPv4Protocol, s), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/explain"
-	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	"github.com/kproxy/kproxy/platform/windows/plan"
 	"github.com/kproxy/kproxy/platform/windows/reconcile"
@@ -29,10 +29,10 @@ type HNSExplainer struct {
 
 var _ explain.Tracer = (*HNSExplainer)(nil)
 
-// Explainer returns a tracer over the plan of the backend's family for snap
-// or, with live, over the load balancers HNS holds (the backend needs HNS
+// Explainer returns a tracer over the plan of the backend's family for the
+// intent view v or, with live, over the load balancers HNS holds (the backend needs HNS
 // then). Planned without HNS, the network is assumed as in DryRun.
-func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, error) {
+func (b *Backend) Explainer(v *intent.View, live bool) (*HNSExplainer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if live && b.hns == nil {
@@ -65,7 +65,7 @@ func (b *Backend) Explainer(snap *proxy.Snapshot, live bool) (*HNSExplainer, err
 	if obs != nil {
 		rec = obs.state
 	}
-	p := plan.Build(GatherFacts(&b.opts, hns.CapabilitiesFor(version), network, ifaces, rec, snap), snap.Family(b.opts.Family), nil)
+	p := plan.Build(GatherFacts(&b.opts, hns.CapabilitiesFor(version), network, ifaces, rec, v.Node), v, nil)
 	if p.Err != nil {
 		return nil, fmt.Errorf("planning %s HNS load balancers: %w", b.opts.Family, p.Err)
 	}

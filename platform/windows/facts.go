@@ -17,12 +17,12 @@ import (
 
 // facts gathers the node facts for a plan from the backend's record (or the
 // listing being adopted).
-func (b *Backend) facts(snap *proxy.Snapshot, fresh *listing) *plan.Facts {
+func (b *Backend) facts(node proxy.Node, fresh *listing) *plan.Facts {
 	var caps hns.Capabilities
 	if b.caps != nil {
 		caps = *b.caps
 	}
-	f := GatherFacts(&b.opts, caps, b.network, b.ifaces, b.recordState(fresh), snap)
+	f := GatherFacts(&b.opts, caps, b.network, b.ifaces, b.recordState(fresh), node)
 	if !f.SourceVIP.IsValid() {
 		f.SourceVIP = b.sourceVIP
 	}
@@ -31,8 +31,8 @@ func (b *Backend) facts(snap *proxy.Snapshot, fresh *listing) *plan.Facts {
 
 // GatherFacts derives the node facts of a plan from the backend's options,
 // what HNS said (capabilities, network, its endpoints: st, which may be
-// nil) and the snapshot's Node.
-func GatherFacts(opts *Options, caps hns.Capabilities, network *hns.Network, ifaces []HostInterface, rec *reconcile.State, snap *proxy.Snapshot) *plan.Facts {
+// nil) and the Node object.
+func GatherFacts(opts *Options, caps hns.Capabilities, network *hns.Network, ifaces []HostInterface, rec *reconcile.State, node proxy.Node) *plan.Facts {
 	f := &plan.Facts{
 		Family:                opts.Family,
 		SourceVIP:             opts.SourceVIP,
@@ -44,7 +44,7 @@ func GatherFacts(opts *Options, caps hns.Capabilities, network *hns.Network, ifa
 	if network != nil {
 		f.Network = *network
 	}
-	f.NodeIP = nodeIP(opts, ifaces, snap)
+	f.NodeIP = nodeIP(opts, ifaces, node)
 	f.HostMAC = opts.HostMAC
 	if f.HostMAC == "" && f.NodeIP.IsValid() {
 		f.HostMAC = macOf(ifaces, f.NodeIP)
@@ -57,13 +57,13 @@ func GatherFacts(opts *Options, caps hns.Capabilities, network *hns.Network, ifa
 
 // nodeIP is Options.NodeIP, else the Node's first address of the family held
 // by a host interface, else its first address of the family.
-func nodeIP(opts *Options, ifaces []HostInterface, snap *proxy.Snapshot) netip.Addr {
+func nodeIP(opts *Options, ifaces []HostInterface, node proxy.Node) netip.Addr {
 	v6 := opts.Family == v1.IPv6Protocol
 	if ip := opts.NodeIP.Unmap(); ip.IsValid() && ip.Is6() == v6 {
 		return ip
 	}
 	var first netip.Addr
-	for _, a := range snap.Node.Addresses {
+	for _, a := range node.Addresses {
 		a = a.Unmap()
 		if !a.IsValid() || a.Is6() != v6 {
 			continue

@@ -28,7 +28,7 @@ func TestBackendWithoutHNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := wt.Snap([]string{"10.0.0.1"}, wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.Eps(wt.RemoteEP("10.244.2.5", 8080))))
-	if err := b.Sync(context.Background(), s, proxy.Changes{Full: true}); !hns.IsTransient(err) {
+	if err := syncSnap(context.Background(), b, s, proxy.Changes{Full: true}); !hns.IsTransient(err) {
 		t.Errorf("Sync: got %v, want a transient error", err)
 	}
 	offline, err := New(Options{NetworkName: "cbr0"})
@@ -36,7 +36,7 @@ func TestBackendWithoutHNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out discard
-	if err := offline.DryRun(&out, s); err != nil {
+	if err := offline.DryRun(&out, FullView(v1.IPv4Protocol, s)); err != nil {
 		t.Errorf("offline dry run: %v", err)
 	}
 }

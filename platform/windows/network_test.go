@@ -82,7 +82,7 @@ func TestIPv6BackendIdleOnOverlayAndOldHNS(t *testing.T) {
 			v6 := h.newBackend(func(o *Options) { o.Family = "IPv6" })
 			s := wt.Snap([]string{"10.0.0.1", "fd00::1"},
 				wt.SvcPort("web6", "TCP", "fd00:10:96::10", 80, wt.Eps(wt.RemoteEP("fd00:244:2::5", 8080))))
-			if err := v6.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+			if err := syncSnap(context.Background(), v6, s, proxy.Changes{Full: true}); err != nil {
 				t.Fatalf("IPv6 sync: %v", err)
 			}
 			if n := len(h.f.LoadBalancers()); n != 0 {

@@ -263,7 +263,7 @@ func TestBackendPrefersTheNetworkTheCNINames(t *testing.T) {
 
 	// Without the CNI configuration, the same host is ambiguous (as before).
 	b2, _ := New(Options{HNS: f, Interfaces: func() ([]HostInterface, error) { return nil, nil }})
-	if err := b2.Sync(t.Context(), webAndDNS(), proxy.Changes{Full: true}); !errors.Is(err, ErrNoNetwork) {
+	if err := syncSnap(t.Context(), b2, webAndDNS(), proxy.Changes{Full: true}); !errors.Is(err, ErrNoNetwork) {
 		t.Errorf("without the CNI configuration: %v, want ErrNoNetwork", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows/fakehns"
 	"github.com/kproxy/kproxy/platform/windows/hns"
@@ -103,7 +104,7 @@ func TestScaleCallCounts(t *testing.T) {
 				s, ports := scaleSnapshot()
 				ctx := context.Background()
 				f.ResetCalls()
-				if err := b.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(ctx, b, s, proxy.Changes{Full: true}); err != nil {
 					t.Fatal(err)
 				}
 				c := f.Calls()
@@ -124,7 +125,7 @@ func TestScaleCallCounts(t *testing.T) {
 
 				for _, ch := range []proxy.Changes{{}, {Full: true}} {
 					f.ResetCalls()
-					if err := b.Sync(ctx, s, ch); err != nil {
+					if err := syncSnap(ctx, b, s, ch); err != nil {
 						t.Fatal(err)
 					}
 					if f.TotalCalls() != 0 {
@@ -139,7 +140,7 @@ func TestScaleCallCounts(t *testing.T) {
 				p.ClusterEndpoints = p.ClusterEndpoints[1:]
 				changed[8] = &p
 				f.ResetCalls()
-				if err := b.Sync(ctx, wt.Snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
+				if err := syncSnap(ctx, b, wt.Snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
 					t.Fatal(err)
 				}
 				lbCalls := 2 // update in place
@@ -159,7 +160,7 @@ func TestScaleCallCounts(t *testing.T) {
 				q.ClusterEndpoints = append([]proxy.Endpoint{{IP: wt.MustAddr("10.244.2.254"), Port: 8080, Ready: true, Serving: true}}, p.ClusterEndpoints...)
 				changed[8] = &q
 				f.ResetCalls()
-				if err := b.Sync(ctx, wt.Snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
+				if err := syncSnap(ctx, b, wt.Snap([]string{"10.0.0.1"}, changed...), proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}); err != nil {
 					t.Fatal(err)
 				}
 				if got, c := f.TotalCalls(), f.Calls(); got > lbCalls+1 || c[hns.OpCreateEndpoint] != 1 {
@@ -192,15 +193,16 @@ func BenchmarkPlanReconcile(b *testing.B) {
 		b.Run(n.Type+"/full", func(b *testing.B) {
 			_, be := scaleHarness(b, n, wt.HNSModern)
 			s, _ := scaleSnapshot()
-			if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+			if err := syncSnap(context.Background(), be, s, proxy.Changes{Full: true}); err != nil {
 				b.Fatal(err)
 			}
-			facts := be.facts(s, nil)
+			facts := be.facts(s.Node, nil)
+			v := wt.IPv4View(s)
 			b.ReportAllocs()
 			b.ResetTimer()
 			defer cpuMetric(b)()
 			for i := 0; i < b.N; i++ {
-				p := plan.Build(facts, s.IPv4, nil)
+				p := plan.Build(facts, v, nil)
 				if r := reconcile.Reconcile(p, be.rec.State, true); !r.Empty() {
 					b.Fatalf("not in sync: %d operations", len(r.Ops))
 				}
@@ -209,7 +211,7 @@ func BenchmarkPlanReconcile(b *testing.B) {
 		b.Run(n.Type+"/one-port-changed", func(b *testing.B) {
 			_, be := scaleHarness(b, n, wt.HNSModern)
 			s, ports := scaleSnapshot()
-			if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+			if err := syncSnap(context.Background(), be, s, proxy.Changes{Full: true}); err != nil {
 				b.Fatal(err)
 			}
 			// Two snapshots that differ in Service 9's endpoint order only
@@ -217,14 +219,16 @@ func BenchmarkPlanReconcile(b *testing.B) {
 			alt := append([]*proxy.ServicePort(nil), ports...)
 			p := *ports[9]
 			alt[9] = &p
-			snaps := []*proxy.Snapshot{s, wt.Snap([]string{"10.0.0.1"}, alt...)}
-			facts := be.facts(s, nil)
+			vs := NewViews(v1.IPv4Protocol)
+			changed := proxy.Changes{Ports: map[proxy.ServicePortName]struct{}{p.Name: {}}}
+			views := []*intent.View{vs.Of(s, proxy.Changes{Full: true}), vs.Of(wt.Snap([]string{"10.0.0.1"}, alt...), changed)}
+			facts := be.facts(s.Node, nil)
 			prev := be.plan // the plan the record was programmed from
 			b.ReportAllocs()
 			b.ResetTimer()
 			defer cpuMetric(b)()
 			for i := 0; i < b.N; i++ {
-				p := plan.Build(facts, snaps[i%2].IPv4, prev)
+				p := plan.Build(facts, views[i%2], prev)
 				if r := reconcile.Reconcile(p, be.rec.State, true); !r.Empty() {
 					b.Fatalf("not in sync: %d operations", len(r.Ops))
 				}
@@ -239,7 +243,7 @@ func BenchmarkSyncNoChange(b *testing.B) {
 	f, be := scaleHarness(b, scaleNetworks[0], wt.HNSModern)
 	s, _ := scaleSnapshot()
 	ctx := context.Background()
-	if err := be.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
+	if err := syncSnap(ctx, be, s, proxy.Changes{Full: true}); err != nil {
 		b.Fatal(err)
 	}
 	f.ResetCalls()
@@ -247,7 +251,7 @@ func BenchmarkSyncNoChange(b *testing.B) {
 	b.ResetTimer()
 	defer cpuMetric(b)()
 	for i := 0; i < b.N; i++ {
-		if err := be.Sync(ctx, s, proxy.Changes{Full: true}); err != nil {
+		if err := syncSnap(ctx, be, s, proxy.Changes{Full: true}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -267,7 +271,7 @@ func BenchmarkSyncFromScratch(b *testing.B) {
 				f, be := scaleHarness(b, n, wt.HNSModern)
 				f.ResetCalls()
 				b.StartTimer()
-				if err := be.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+				if err := syncSnap(context.Background(), be, s, proxy.Changes{Full: true}); err != nil {
 					b.Fatal(err)
 				}
 				c := f.Calls()

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	"github.com/kproxy/kproxy/platform/windows/plan"
@@ -52,7 +53,7 @@ type listing struct {
 // sync runs one sync. start is when it began: the periods (check, resync)
 // are counted from it, as the runner counts its intervals from the start of
 // a run. check is set when the check period is due.
-func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bool, start time.Time) error {
+func (b *Backend) sync(ctx context.Context, v *intent.View, list, check bool, start time.Time) error {
 	var fresh *listing
 	if list {
 		l, err := b.list(start)
@@ -90,9 +91,9 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bo
 	}
 	if b.network.IsOverlay() && !b.opts.SourceVIP.IsValid() && !b.sourceVIP.IsValid() {
 		st := b.recordState(fresh)
-		ip, from, err := FindSourceVIP(&b.opts, b.r.ipamStore(b.network.Name), st, snap.Node.PodCIDRs)
+		ip, from, err := FindSourceVIP(&b.opts, b.r.ipamStore(b.network.Name), st, v.Node.PodCIDRs)
 		if err != nil {
-			b.withoutSourceVIP(snap, err)
+			b.withoutSourceVIP(v, err)
 			return nil
 		}
 		b.log.Info("Source VIP found", "family", b.opts.Family, "network", b.network.Name, "sourceVIP", ip, "from", from)
@@ -105,8 +106,8 @@ func (b *Backend) sync(ctx context.Context, snap *proxy.Snapshot, list, check bo
 	var refused []reconcile.Rejection
 	routesRead := false
 	for pass := 1; ; pass++ {
-		facts := b.facts(snap, fresh)
-		p := plan.Build(facts, snap.Family(b.opts.Family), b.plan)
+		facts := b.facts(v.Node, fresh)
+		p := plan.Build(facts, v, b.plan)
 		if p.Err != nil {
 			return fmt.Errorf("planning %s HNS load balancers on network %q: %w", b.opts.Family, b.network.Name, p.Err)
 		}
@@ -386,7 +387,7 @@ func (b *Backend) recheckMissing(ips []netip.Addr) bool {
 // healthy and is not restarted in a loop), each Service gets a warning, and
 // the ports are reported as quarantined. What HNS already holds stays. The
 // backend looks again at every check period and every change.
-func (b *Backend) withoutSourceVIP(snap *proxy.Snapshot, err error) {
+func (b *Backend) withoutSourceVIP(v *intent.View, err error) {
 	now := b.clock.Now()
 	if b.q.noVIP == nil {
 		b.log.Error(err, "No source VIP on the overlay network: no Service is programmed until one is found",
@@ -396,8 +397,8 @@ func (b *Backend) withoutSourceVIP(snap *proxy.Snapshot, err error) {
 	var ws []plan.Warning
 	seen := make(map[proxy.ServicePortName]bool)
 	warned := make(map[string]bool)
-	if view := snap.Family(b.opts.Family); view != nil {
-		for _, sp := range view.Sorted() {
+	if v != nil {
+		for _, sp := range v.Sorted() {
 			since := now
 			for _, old := range b.q.noVIP {
 				if old.Name == sp.Name {

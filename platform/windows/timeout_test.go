@@ -19,7 +19,7 @@ var l2bridgeNet = hns.Network{Name: "net", Type: hns.NetworkTypeL2Bridge}
 func (h *harness) syncWithin(limit time.Duration, s *proxy.Snapshot, ch proxy.Changes) error {
 	h.t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- h.b.Sync(context.Background(), s, ch) }()
+	go func() { done <- syncSnap(context.Background(), h.b, s, ch) }()
 	select {
 	case err := <-done:
 		return err

@@ -84,7 +84,7 @@ func HNSTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.H
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := b.Explainer(snap, live)
+	t, err := b.Explainer(FullView(o, snap, fam, nil), live)
 	if err != nil {
 		return nil, nil, err
 	}

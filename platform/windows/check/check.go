@@ -320,8 +320,8 @@ func checkFamily(ctx context.Context, o *Options, fam v1.IPFamily, res *Result) 
 		}
 	}
 	ifaces, _ := o.Interfaces() // best effort, as the backend does
-	facts := windows.GatherFacts(&c.opts, c.caps, n, ifaces, st, snap)
-	p := plan.Build(facts, snap.Family(fam), nil)
+	facts := windows.GatherFacts(&c.opts, c.caps, n, ifaces, st, snap.Node)
+	p := plan.Build(facts, windows.FullView(fam, snap), nil)
 	if p.Err != nil {
 		return n, fmt.Errorf("check-hns: planning: %w", p.Err)
 	}
@@ -406,7 +406,7 @@ func (c *round) freshSync(ctx context.Context, snap *proxy.Snapshot, rec *reconc
 	if err != nil {
 		return nil, err
 	}
-	err = fresh.Sync(ctx, snap, proxy.Changes{Full: true})
+	err = fresh.Sync(ctx, windows.FullView(c.opts.Family, snap))
 	if len(view.changes) > 0 {
 		return view.changes, nil // their refusal is what failed the sync, if it failed
 	}

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows"
 	"github.com/kproxy/kproxy/platform/windows/fakehns"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	wt "github.com/kproxy/kproxy/platform/windows/internal/wintest"
+	v1 "k8s.io/api/core/v1"
 )
 
 // liveObjects programs a "real" Service through a backend, as kproxy on the
@@ -27,7 +27,7 @@ func liveObjects(t *testing.T, f *fakehns.Fake, o Options) {
 		t.Fatal(err)
 	}
 	s := wt.Snap([]string{"10.0.0.1"}, wt.SvcPort("web", "TCP", "10.96.0.10", 80, wt.NodePort(30080), wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080))))
-	if err := b.Sync(context.Background(), s, proxy.Changes{Full: true}); err != nil {
+	if err := b.Sync(context.Background(), windows.FullView(v1.IPv4Protocol, s)); err != nil {
 		t.Fatal(err)
 	}
 }

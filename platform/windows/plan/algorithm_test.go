@@ -41,7 +41,7 @@ func TestPlanAlgorithms(t *testing.T) {
 				f.Caps.SessionAffinity = false
 			}
 			opts := append([]wt.PortOpt{wt.NodePort(30080), wt.Eps(wt.RemoteEP("10.244.2.5", 8080), wt.LocalEP("10.244.1.5", 8080))}, tc.opts...)
-			p := Build(f, wt.Snap(nil, wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, opts...)).IPv4, nil)
+			p := Build(f, wt.IPv4View(wt.Snap(nil, wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, opts...))), nil)
 			if p.Err != nil {
 				t.Fatal(p.Err)
 			}

@@ -296,6 +296,9 @@ type Warning struct {
 	Service types.NamespacedName
 	Reason  string
 	Message string
+	// FromIntent: a problem of the intent view (which the app reports
+	// itself), not something only HNS cannot do.
+	FromIntent bool `json:"-"`
 }
 
 // Plan is the desired HNS state for one IP family: deterministic, sorted,
@@ -370,19 +373,20 @@ var (
 	ErrNoIPv6      = errors.New("this HNS version does not support IPv6 load balancers (HNS 11.10+ needed)")
 )
 
-// Build computes the desired load balancers and endpoints for one family
-// view, under the node facts f. It is pure: it reads prev, the plan of the
-// previous sync (nil for none), and never changes it. A port's result is
-// taken from prev when the view holds the very same *ServicePort (the cache
-// keeps the pointer of a port that did not change) and the facts are the
-// same, so a sync plans only the ports that changed.
+// Build computes the desired load balancers and endpoints for one family's
+// intent view, under the node facts f. It is pure: it reads prev, the plan
+// of the previous sync (nil for none), and never changes it. A port's
+// result is taken from prev when the view holds the very same *intent.Port
+// (the intent Builder keeps the pointer of a port that did not change) and
+// the facts are the same, so a sync plans only the ports that changed.
 //
-// Each port's intent is built here (intent.Build, one call in
-// portPlanner.plan); when the app hands the backend the intent view of the
-// sync, that call becomes a lookup in it.
-func Build(f *Facts, view *proxy.FamilyView, prev *Plan) *Plan {
+// Every routing decision, frontend ownership across Services included, is
+// the view's; Build renders it as HNS objects and warns about what HNS
+// cannot express. The view's own problems are among the plan's warnings
+// (Warning.FromIntent), so that a dry run and explain show them too.
+func Build(f *Facts, view *intent.View, prev *Plan) *Plan {
 	p := &Plan{Family: f.Family}
-	if view == nil || view.Len() == 0 {
+	if view == nil || (view.Len() == 0 && len(view.Problems()) == 0) {
 		return p
 	}
 	overlay := f.Network.IsOverlay()
@@ -412,17 +416,20 @@ func Build(f *Facts, view *proxy.FamilyView, prev *Plan) *Plan {
 	}
 	var health []*LBSpec
 	p.ports = make(map[proxy.ServicePortName]*portResult, view.Len())
-	for _, sp := range view.Sorted() {
+	for _, ip := range view.Sorted() {
+		for _, pr := range view.ProblemsOf(ip.Name) {
+			m.warn(fromIntent(pr))
+		}
 		var res *portResult
 		if prev != nil {
-			if old := prev.ports[sp.Name]; old != nil && old.sp == sp {
+			if old := prev.ports[ip.Name]; old != nil && old.port == ip {
 				res = old
 			}
 		}
 		if res == nil {
-			res = pl.plan(sp)
+			res = pl.plan(ip)
 		}
-		p.ports[sp.Name] = res
+		p.ports[ip.Name] = res
 		for _, e := range res.eps {
 			m.endpoint(e)
 		}
@@ -434,6 +441,10 @@ func Build(f *Facts, view *proxy.FamilyView, prev *Plan) *Plan {
 			m.lb(lb)
 		}
 		health = append(health, res.health...)
+	}
+	// The problems of ports the view left out entirely.
+	for _, pr := range view.Problems() {
+		m.warn(fromIntent(pr))
 	}
 	// Health check load balancers last: a real service port always wins a
 	// frontend they would share.
@@ -461,6 +472,11 @@ func Build(f *Facts, view *proxy.FamilyView, prev *Plan) *Plan {
 		return a.Reason < c.Reason
 	})
 	return p
+}
+
+// fromIntent is the warning of a problem the intent view reports.
+func fromIntent(pr proxy.Unsupported) Warning {
+	return Warning{Service: pr.Service, Reason: pr.Reason, Message: pr.Message, FromIntent: true}
 }
 
 // factsKey renders the facts a port's result depends on.

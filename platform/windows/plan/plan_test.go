@@ -193,13 +193,13 @@ func TestPlanGolden(t *testing.T) {
 				tc.facts(f)
 			}
 			s := wt.Snap(nil, tc.ports...)
-			p := Build(f, s.Family(f.Family), nil)
+			p := Build(f, wt.View(s, f.Family), nil)
 			if p.Err != nil {
 				t.Fatalf("plan error: %v", p.Err)
 			}
 			golden(t, "plan/"+tc.name, p.String())
 			// Deterministic: the same input gives the same plan.
-			if again := Build(f, s.Family(f.Family), nil).String(); again != p.String() {
+			if again := Build(f, wt.View(s, f.Family), nil).String(); again != p.String() {
 				t.Errorf("plan not deterministic:\n%s\nvs\n%s", again, p.String())
 			}
 		})
@@ -222,9 +222,9 @@ func TestPlanErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := baseFacts(wt.L2Bridge)
 			tc.facts(f)
-			p := Build(f, wt.Snap(nil, ports...).IPv4, nil)
+			p := Build(f, wt.IPv4View(wt.Snap(nil, ports...)), nil)
 			if f.Family == v1.IPv6Protocol {
-				p = Build(f, wt.Snap(nil, wt.SvcPort("web6", v1.ProtocolTCP, "fd00::10", 80, wt.Eps(wt.RemoteEP("fd00::5", 80)))).IPv6, nil)
+				p = Build(f, wt.View(wt.Snap(nil, wt.SvcPort("web6", v1.ProtocolTCP, "fd00::10", 80, wt.Eps(wt.RemoteEP("fd00::5", 80)))), v1.IPv6Protocol), nil)
 			}
 			if !errors.Is(p.Err, tc.want) {
 				t.Fatalf("got error %v, want %v", p.Err, tc.want)
@@ -244,7 +244,7 @@ func TestPlanTooManyEndpoints(t *testing.T) {
 	for i := 0; i < MaxEndpointsPerLB+10; i++ {
 		list = append(list, wt.RemoteEP(fmt.Sprintf("10.244.%d.%d", 2+i/250, 1+i%250), 8080))
 	}
-	p := Build(baseFacts(wt.L2Bridge), wt.Snap(nil, wt.SvcPort("big", v1.ProtocolTCP, "10.96.0.10", 80, wt.Eps(list...))).IPv4, nil)
+	p := Build(baseFacts(wt.L2Bridge), wt.IPv4View(wt.Snap(nil, wt.SvcPort("big", v1.ProtocolTCP, "10.96.0.10", 80, wt.Eps(list...)))), nil)
 	if n := len(p.LoadBalancers[0].Endpoints); n != MaxEndpointsPerLB {
 		t.Errorf("load balancer has %d endpoints, want %d", n, MaxEndpointsPerLB)
 	}
@@ -271,8 +271,8 @@ func TestRemoteMAC(t *testing.T) {
 }
 
 func TestLBSpecHNS(t *testing.T) {
-	p := Build(baseFacts(wt.Overlay), wt.Snap(nil,
-		wt.SvcPort("web", v1.ProtocolUDP, "10.96.0.10", 53, wt.NodePort(30053), wt.Affinity(10800), wt.Eps(wt.RemoteEP("10.244.2.5", 5353)))).IPv4, nil)
+	p := Build(baseFacts(wt.Overlay), wt.IPv4View(wt.Snap(nil,
+		wt.SvcPort("web", v1.ProtocolUDP, "10.96.0.10", 53, wt.NodePort(30053), wt.Affinity(10800), wt.Eps(wt.RemoteEP("10.244.2.5", 5353))))), nil)
 	var np *LBSpec
 	for _, lb := range p.LoadBalancers {
 		if lb.Kind == KindNodePort {

@@ -16,7 +16,7 @@ import (
 // portResult is what one service port contributes to a plan. Once built it
 // is never modified (later plans share it).
 type portResult struct {
-	sp       *proxy.ServicePort
+	port     *intent.Port
 	lbs      []*LBSpec
 	health   []*LBSpec
 	eps      []*EndpointSpec
@@ -85,7 +85,7 @@ func (b *portPlanner) warn(reason, format string, args ...any) {
 			return
 		}
 	}
-	b.res.warnings = append(b.res.warnings, Warning{Service: b.res.sp.Name.NamespacedName, Reason: reason, Message: fmt.Sprintf(format, args...)})
+	b.res.warnings = append(b.res.warnings, Warning{Service: b.res.port.Name.NamespacedName, Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
 func (b *portPlanner) addEndpoint(e *EndpointSpec) {
@@ -250,39 +250,25 @@ func (b *portPlanner) sourceVIP(be backends) netip.Addr {
 }
 
 func (b *portPlanner) add(lb *LBSpec) {
-	lb.Owners = []proxy.ServicePortName{b.res.sp.Name}
+	lb.Owners = []proxy.ServicePortName{b.res.port.Name}
 	b.res.lbs = append(b.res.lbs, lb.Finish())
 }
 
-// intentConfig is the intent layer's configuration on Windows: HNS load
-// balancers cannot tell pods from other clients nor masquerade pods, so
-// the intent is asked with pods told apart (the cluster's semantics) and
-// what HNS cannot render is reported (see plan).
-func (b *portPlanner) intentConfig() intent.Config {
-	return intent.Config{Family: b.facts.Family, PodSources: true}
-}
-
-// plan plans the load balancers of one service port: the intent of the port
-// (every routing decision, validation included, made once for every
+// plan plans the load balancers of one service port: its intent (every
+// routing decision, validation and ownership included, made once for every
 // platform), rendered as HNS load balancers. What HNS cannot express is
 // reported as a warning: a ClusterIP load balancer applies to pods and the
 // node alike, an external one (NodePort, externalIP, load balancer IP)
 // serves every client the route of outside clients, there is no reject
 // (no load balancer: dropped), no source range filter.
-func (b *portPlanner) plan(sp *proxy.ServicePort) *portResult {
-	b.res = &portResult{sp: sp}
+func (b *portPlanner) plan(p *intent.Port) *portResult {
+	b.res = &portResult{port: p}
 	if b.epSeen == nil {
 		b.epSeen = make(map[netip.Addr]*EndpointSpec)
 	} else {
 		clear(b.epSeen)
 	}
-	p, problems := intent.Build(b.intentConfig(), sp, nil)
-	for _, pr := range problems {
-		b.warn(pr.Reason, "%s", pr.Message)
-	}
-	if p == nil {
-		return b.res
-	}
+	sp := p.From
 	f := b.facts
 	proto := ProtocolNumber(p.Protocol)
 

@@ -178,7 +178,7 @@ delete-endpoint 10.244.1.5 (duplicate address)
 				n = wt.L2Bridge
 			}
 			f := baseFacts(n)
-			p := plan.Build(f, wt.Snap(nil, tc.ports...).IPv4, nil)
+			p := plan.Build(f, wt.IPv4View(wt.Snap(nil, tc.ports...)), nil)
 			if p.Err != nil {
 				t.Fatal(p.Err)
 			}
@@ -200,8 +200,8 @@ delete-endpoint 10.244.1.5 (duplicate address)
 }
 
 func TestReconcileDoesNotModifyInputs(t *testing.T) {
-	p := plan.Build(baseFacts(wt.L2Bridge), wt.Snap(nil,
-		wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080)))).IPv4, nil)
+	p := plan.Build(baseFacts(wt.L2Bridge), wt.IPv4View(wt.Snap(nil,
+		wt.SvcPort("web", v1.ProtocolTCP, "10.96.0.10", 80, wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080))))), nil)
 	before := p.String()
 	st := Observe(v1.IPv4Protocol, netID, nil, nil)
 	r := Reconcile(p, st, true)

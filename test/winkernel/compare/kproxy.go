@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kproxy/kproxy/pkg/cache"
-	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows"
 	"github.com/kproxy/kproxy/platform/windows/fakehns"
 	"github.com/kproxy/kproxy/platform/windows/hns"
@@ -85,7 +84,7 @@ func (k *Kproxy) Step(ctx context.Context, i int) error {
 		}
 	}
 	snap := cache.Build(k.s.Topology.ProxyNode, node, st.Services, st.Slices)
-	if err := k.b.Sync(ctx, snap, proxy.Changes{Full: true}); err != nil {
+	if err := k.b.Sync(ctx, windows.FullView(k.s.Family, snap)); err != nil {
 		return fmt.Errorf("kproxy sync of step %q: %w", st.Name, err)
 	}
 	if q := k.b.Quarantined(); len(q) > 0 {

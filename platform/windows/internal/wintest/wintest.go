@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 )
@@ -181,3 +182,18 @@ func ScratchDir(t *testing.T) string {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
+
+// Settings are the intent settings of the kernelspace mode (a copy of
+// windows.Settings, which this package cannot import; a test in
+// platform/windows keeps the two equal).
+var Settings = intent.Settings{PodsAlwaysKnown: true}
+
+// View returns the full intent view of family f of snap, as the app builds
+// it for the kernelspace mode.
+func View(snap *proxy.Snapshot, f v1.IPFamily) *intent.View {
+	return intent.NewBuilder(f).Build(intent.Input{Config: Settings.Config(f, snap.Node, nil), Ports: snap.Family(f),
+		Node: snap.Node, Generation: snap.Generation, Changes: proxy.Changes{Full: true}})
+}
+
+// IPv4View is View(snap, IPv4).
+func IPv4View(snap *proxy.Snapshot) *intent.View { return View(snap, v1.IPv4Protocol) }
