@@ -71,11 +71,12 @@ func TestExplainLiveIptablesDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 		edit(rs)
-		tr, err := linux.LiveIptables(cfg, explaincmd.FullView(o, snap, v1.IPv4Protocol, local), []byte(rs.Save("nat")+rs.Save("filter")))
+		v := explaincmd.FullView(o, snap, v1.IPv4Protocol, local)
+		tr, err := linux.LiveIptables(cfg, v, []byte(rs.Save("nat")+rs.Save("filter")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := explain.Explain("iptables", true, snap, q, tr)
+		res, err := explain.Explain("iptables", true, v, q, tr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,11 +161,12 @@ func TestExplainLiveHNS(t *testing.T) {
 	q := explain.Query{To: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP,
 		From: netip.MustParseAddr("10.244.1.5"), Origin: explain.FromPod, NodeAddrs: snap.Node.Addresses}
 	run := func() *explain.Result {
-		tr, err := b.Explainer(windows.FullView(v1.IPv4Protocol, snap), true)
+		v := windows.FullView(v1.IPv4Protocol, snap)
+		tr, err := b.Explainer(v, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := explain.Explain("kernelspace", true, snap, q, tr)
+		res, err := explain.Explain("kernelspace", true, v, q, tr)
 		if err != nil {
 			t.Fatal(err)
 		}

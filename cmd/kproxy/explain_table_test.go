@@ -16,6 +16,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/cache"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/explain"
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -129,37 +130,41 @@ func TestExplainBehaviourTable(t *testing.T) {
 		for _, mode := range []string{string(config.ModeIPTables), string(config.ModeNFTables), string(config.ModeKernelspace)} {
 			o := tableOptions(t, topo, pc, mode)
 			tracers := map[v1.IPFamily]explain.Tracer{}
+			views := map[v1.IPFamily]*intent.View{}
 			nodeAddrs := map[v1.IPFamily][]netip.Addr{}
 			for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 				loop := map[v1.IPFamily]netip.Addr{v1.IPv4Protocol: netip.MustParseAddr("127.0.0.1"), v1.IPv6Protocol: netip.IPv6Loopback()}[fam]
 				local := append(node1.Addrs(fam), loop)
 				switch mode {
 				case string(config.ModeIPTables):
-					tr, err := linux.PlannedIptables(modeconfig.IPTables(o, fam), explaincmd.FullView(o, snap, fam, local))
+					views[fam] = explaincmd.FullView(o, snap, fam, local)
+					tr, err := linux.PlannedIptables(modeconfig.IPTables(o, fam), views[fam])
 					if err != nil {
 						t.Fatal(err)
 					}
 					tracers[fam], nodeAddrs[fam] = tr, local
 					continue
 				case string(config.ModeNFTables):
-					tr, err := linux.PlannedNFT(modeconfig.NFTables(o, fam), explaincmd.FullView(o, snap, fam, local))
+					views[fam] = explaincmd.FullView(o, snap, fam, local)
+					tr, err := linux.PlannedNFT(modeconfig.NFTables(o, fam), views[fam])
 					if err != nil {
 						t.Fatal(err)
 					}
 					tracers[fam], nodeAddrs[fam] = tr, local
 					continue
 				}
-				tr, _, err := explaincmd.HNSTracer(o, snap, fam, nil, false)
+				tr, v, err := explaincmd.HNSTracer(o, snap, fam, nil, false)
 				if err != nil {
 					t.Fatal(err)
 				}
+				views[fam] = v
 				tracers[fam], nodeAddrs[fam] = tr, []netip.Addr{node1.Addr(fam)}
 			}
 			for _, row := range tb.RowsFor(pc) {
 				t.Run(mode+"/"+row.Name, func(t *testing.T) {
 					q := tableQuery(t, topo, row)
 					q.NodeAddrs = nodeAddrs[row.Family]
-					res, err := explain.Explain(mode, false, snap, q, tracers[row.Family])
+					res, err := explain.Explain(mode, false, views[row.Family], q, tracers[row.Family])
 					if err != nil {
 						t.Fatal(err)
 					}

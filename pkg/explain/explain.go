@@ -4,10 +4,12 @@
 // with the packet (the verdict, each endpoint's chance, masquerade, and the
 // path through chains or load balancers).
 //
-// The package is pure and platform-neutral: it reads a Snapshot (what the
-// cache selected) and asks a Tracer, one per proxy mode, to follow the packet
-// through that mode's programming, either as kproxy plans it or as it is live
-// on the node. A new mode only needs a Tracer.
+// The package is pure and platform-neutral: it reads the intent View the
+// running proxy builds (pkg/intent: which Service owns the frontend, which
+// endpoint set each kind of client reaches) and asks a Tracer, one per
+// proxy mode, to follow the packet through that mode's programming, either
+// as kproxy plans it or as it is live on the node. A new mode only needs a
+// Tracer.
 package explain
 
 import (
@@ -19,6 +21,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
@@ -156,31 +159,56 @@ type Result struct {
 	Notes      []string  `json:"notes,omitempty"`
 }
 
-// Explain answers q for the node of snap, with t following the packet.
-func Explain(mode string, live bool, snap *proxy.Snapshot, q Query, t Tracer) (*Result, error) {
+// Explain answers q for the node of v, the intent View the tracer's
+// programming was made from, with t following the packet.
+func Explain(mode string, live bool, v *intent.View, q Query, t Tracer) (*Result, error) {
 	tr, err := t.Trace(q)
 	if err != nil {
 		return nil, fmt.Errorf("tracing %s: %w", q, err)
 	}
-	res := &Result{Mode: mode, Live: live, Node: snap.Node.Name, To: q.To.String() + "/" + strings.ToLower(string(q.Protocol)),
+	res := &Result{Mode: mode, Live: live, Node: v.Node.Name, To: q.To.String() + "/" + strings.ToLower(string(q.Protocol)),
 		From: q.From.String(), Origin: q.Origin, Targets: tr.Targets, Algorithm: tr.Algorithm,
 		Path: tr.Path, Drift: tr.Drift, Notes: tr.Notes}
-	sp, fe := FindFrontend(snap.Family(q.Family()), q)
-	res.Frontend = fe
+	p, fe := FindFrontend(v, q)
 	res.Verdict = verdictOf(res.Targets)
 	res.Masquerade = masqueradeOf(res.Targets)
-	if sp != nil {
-		annotate(res.Targets, sp)
-		res.Decisions = consistent(Decisions(sp, fe.Kind, q), sp, fe.Kind, q, res.Verdict)
-	} else if owners := AddressOwners(snap.Family(q.Family()), q.To.Addr()); len(owners) > 0 {
+	if p != nil {
+		res.Frontend = &Frontend{Service: p.Name.String(), Kind: kindName(fe.Kind), Address: q.To.String(), Protocol: string(p.Protocol)}
+		annotate(res.Targets, p.From)
+		res.Decisions = Decisions(p, fe, q, res.Verdict)
+	} else if owners := AddressOwners(v, q.To.Addr()); len(owners) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%s is an address of %s, but not on port %d/%s",
 			q.To.Addr(), strings.Join(owners, "; "), q.To.Port(), strings.ToLower(string(q.Protocol))))
 	}
 	res.Decisions = append(res.Decisions, tr.Decisions...)
-	if sp == nil && res.Verdict == DNAT {
+	if p == nil && res.Verdict == DNAT {
 		res.Notes = append(res.Notes, "the packet is rewritten although no Service of the snapshot has this address: state left from another Service or another proxy")
 	}
 	return res, nil
+}
+
+// kindName is the word for a frontend kind in an explanation.
+func kindName(k intent.FrontendKind) string {
+	switch k {
+	case intent.NodePort:
+		return KindNodePort
+	case intent.ExternalIP:
+		return KindExternalIP
+	case intent.LoadBalancerIP:
+		return KindLoadBalancerIP
+	}
+	return KindClusterIP
+}
+
+// source is the intent's source of a query's origin.
+func source(o Origin) intent.Source {
+	switch o {
+	case FromNode:
+		return intent.FromNode
+	case FromOutside:
+		return intent.FromOutside
+	}
+	return intent.FromPod
 }
 
 func verdictOf(ts []Target) Verdict {
@@ -234,124 +262,99 @@ func annotate(ts []Target, sp *proxy.ServicePort) {
 	}
 }
 
-// FindFrontend returns the service port and frontend q is sent to, or nil.
-// A ClusterIP, externalIP or LoadBalancer IP wins over a NodePort on the same
-// address and port.
-func FindFrontend(v *proxy.FamilyView, q Query) (*proxy.ServicePort, *Frontend) {
+// FindFrontend returns the port of v and the frontend q is sent to, or
+// nil: the intent's, so a frontend several Services claim is found where
+// the proxy programs it (its owner). A ClusterIP, externalIP or
+// LoadBalancer IP wins over a NodePort on the same address and port.
+func FindFrontend(v *intent.View, q Query) (*intent.Port, *intent.Frontend) {
 	if v == nil {
 		return nil, nil
 	}
 	addr, port := q.To.Addr(), int32(q.To.Port())
-	var np *proxy.ServicePort
-	for _, sp := range v.Sorted() {
-		if sp.Protocol != q.Protocol {
+	nodeAddr := addr.IsLoopback() || slices.Contains(q.NodeAddrs, addr)
+	var np *intent.Port
+	var npf *intent.Frontend
+	for _, p := range v.Sorted() {
+		if p.Protocol != q.Protocol {
 			continue
 		}
-		fe := func(kind string) *Frontend {
-			return &Frontend{Service: sp.Name.String(), Kind: kind, Address: q.To.String(), Protocol: string(sp.Protocol)}
-		}
-		if sp.Port == port {
-			switch {
-			case sp.ClusterIP == addr:
-				return sp, fe(KindClusterIP)
-			case slices.Contains(sp.ExternalIPs, addr):
-				return sp, fe(KindExternalIP)
-			case slices.Contains(sp.LoadBalancerIPs, addr):
-				return sp, fe(KindLoadBalancerIP)
+		for i := range p.Frontends {
+			fe := &p.Frontends[i]
+			if fe.Port != port {
+				continue
+			}
+			if fe.Kind != intent.NodePort {
+				if fe.Addr == addr {
+					return p, fe
+				}
+			} else if nodeAddr && np == nil {
+				np, npf = p, fe
 			}
 		}
-		if sp.NodePort != 0 && sp.NodePort == port && (addr.IsLoopback() || slices.Contains(q.NodeAddrs, addr)) && np == nil {
-			np = sp
-		}
 	}
-	if np != nil {
-		return np, &Frontend{Service: np.Name.String(), Kind: KindNodePort, Address: q.To.String(), Protocol: string(np.Protocol)}
-	}
-	return nil, nil
+	return np, npf
 }
 
 // AddressOwners lists, for each service port of v that has addr as its
 // ClusterIP, an externalIP or a LoadBalancer IP, "<kind> of <service
 // port> (<port>/<protocol>)", sorted: what a query missed when it names
 // a Service's address with another port or protocol.
-func AddressOwners(v *proxy.FamilyView, addr netip.Addr) []string {
+func AddressOwners(v *intent.View, addr netip.Addr) []string {
 	if v == nil {
 		return nil
 	}
 	var out []string
-	for _, sp := range v.Sorted() {
-		kind := ""
-		switch {
-		case sp.ClusterIP == addr:
-			kind = KindClusterIP
-		case slices.Contains(sp.ExternalIPs, addr):
-			kind = KindExternalIP
-		case slices.Contains(sp.LoadBalancerIPs, addr):
-			kind = KindLoadBalancerIP
-		default:
-			continue
+	for _, p := range v.Sorted() {
+		for _, fe := range p.Frontends {
+			if fe.Kind != intent.NodePort && fe.Addr == addr {
+				out = append(out, fmt.Sprintf("%s of %s (%d/%s)", kindName(fe.Kind), p.Name, fe.Port, strings.ToLower(string(p.Protocol))))
+				break
+			}
 		}
-		out = append(out, fmt.Sprintf("%s of %s (%d/%s)", kind, sp.Name, sp.Port, strings.ToLower(string(sp.Protocol))))
 	}
 	return out
 }
 
-// consistent keeps the decisions from contradicting the verdict the
-// tracer found: a client on the node reaching an external frontend of a
-// Service with externalTrafficPolicy Local is short-circuited to the
-// cluster-wide endpoints (DNAT), so "dropped: no endpoint here" does not
-// apply to it; where the platform does not short-circuit (a verdict other
-// than DNAT), the Local policy's lines stand.
-func consistent(ds []string, sp *proxy.ServicePort, kind string, q Query, v Verdict) []string {
-	if !sp.HasAnyEndpoints && v == Drop {
-		// A platform without reject (HNS) drops instead.
-		for i, d := range ds {
-			if d == noEndpointsRejected {
-				ds[i] = "no usable endpoint anywhere in the cluster: this platform cannot reject, so connections are dropped (not refused)"
-			}
-		}
-	}
-	if kind == KindClusterIP || !sp.ExternalPolicyLocal || q.Origin == FromOutside || v != DNAT {
-		return ds
-	}
-	out := ds[:0:0]
-	for _, d := range ds {
-		if strings.Contains(d, "connections are dropped") || strings.HasPrefix(d, "externalTrafficPolicy Local, client on this node") {
-			continue
-		}
-		out = append(out, d)
-	}
-	return append(out, fmt.Sprintf("externalTrafficPolicy Local, client on this node: short-circuited to the cluster-wide endpoints (%d), as kube-proxy does",
-		len(sp.ClusterEndpoints)))
-}
-
 // Decisions names, in words, the policies that decide where q goes: traffic
-// policy, topology, terminating fallback, source ranges, affinity. They come
-// from the snapshot (the cache's selection), the same on every platform.
-func Decisions(sp *proxy.ServicePort, kind string, q Query) []string {
+// policy, topology, terminating fallback, source ranges, affinity. They are
+// the intent's decisions (the route of q's kind of client to fe, and its
+// endpoint sets), the same on every platform; verdict is what the tracer
+// found, for where a platform departs from the intent (HNS cannot reject,
+// nor short-circuit a node's own clients).
+func Decisions(p *intent.Port, fe *intent.Frontend, q Query, verdict Verdict) []string {
+	sp := p.From
 	var out []string
-	var eps []proxy.Endpoint
-	if kind == KindClusterIP {
-		eps = sp.InternalEndpoints()
+	// policy is the route the traffic policy gives outside clients (for
+	// a ClusterIP, every client).
+	policy := fe.Route(intent.FromOutside)
+	if fe.Kind == intent.ClusterIP {
+		policy = fe.Route(source(q.Origin))
 		if sp.InternalPolicyLocal {
-			out = append(out, fmt.Sprintf("internalTrafficPolicy Local: only this node's endpoints (%d)", len(eps)))
+			out = append(out, fmt.Sprintf("internalTrafficPolicy Local: only this node's endpoints (%d)", len(p.Local)))
 		} else {
-			out = append(out, fmt.Sprintf("internalTrafficPolicy Cluster: endpoints anywhere in the cluster (%d)", len(eps)))
+			out = append(out, fmt.Sprintf("internalTrafficPolicy Cluster: endpoints anywhere in the cluster (%d)", len(p.Cluster)))
 		}
+	} else if sp.ExternalPolicyLocal {
+		out = append(out, fmt.Sprintf("externalTrafficPolicy Local: only this node's endpoints (%d) for traffic from outside; the client's source is kept", len(p.Local)))
 	} else {
-		eps = sp.ExternalEndpoints()
-		if sp.ExternalPolicyLocal {
-			out = append(out, fmt.Sprintf("externalTrafficPolicy Local: only this node's endpoints (%d) for traffic from outside; the client's source is kept", len(eps)))
-			if q.Origin != FromOutside {
-				out = append(out, "externalTrafficPolicy Local, client on this node: the platform may short-circuit to the cluster-wide endpoints (see the verdict)")
-			}
-		} else {
-			out = append(out, fmt.Sprintf("externalTrafficPolicy Cluster: endpoints anywhere in the cluster (%d); the source is masqueraded", len(eps)))
-		}
+		out = append(out, fmt.Sprintf("externalTrafficPolicy Cluster: endpoints anywhere in the cluster (%d); the source is masqueraded", len(p.Cluster)))
 	}
-	switch {
-	case !sp.HasAnyEndpoints:
-		out = append(out, noEndpointsRejected)
+	// shortCircuit: the intent sends this node's own clients of an
+	// external frontend under a Local policy to the cluster-wide
+	// endpoints, and the platform did.
+	route := fe.Route(source(q.Origin))
+	shortCircuit := fe.Kind.External() && sp.ExternalPolicyLocal && q.Origin != FromOutside &&
+		route.Verdict == intent.DNAT && route.Set == intent.Cluster && verdict == DNAT
+	if fe.Kind.External() && sp.ExternalPolicyLocal && q.Origin != FromOutside && !shortCircuit {
+		out = append(out, "externalTrafficPolicy Local, client on this node: the platform may short-circuit to the cluster-wide endpoints (see the verdict)")
+	}
+	switch policy.Verdict {
+	case intent.Reject:
+		if verdict == Drop {
+			out = append(out, "no usable endpoint anywhere in the cluster: this platform cannot reject, so connections are dropped (not refused)")
+		} else {
+			out = append(out, "no usable endpoint anywhere in the cluster: connections are rejected")
+		}
 		if len(sp.SlicePortsElsewhere) > 0 {
 			names := make([]string, len(sp.SlicePortsElsewhere))
 			for i, n := range sp.SlicePortsElsewhere {
@@ -361,37 +364,36 @@ func Decisions(sp *proxy.ServicePort, kind string, q Query) []string {
 				"endpoints belong to the Service port of the same name (check the Service's port names, or the EndpointSlices' if written by hand)",
 				strings.Join(names, ", "), strings.ToLower(string(sp.Protocol)), sp.Name.Port))
 		}
-	case len(eps) == 0:
-		out = append(out, "no usable endpoint on this node under a Local policy: connections are dropped")
+	case intent.Drop:
+		if !shortCircuit {
+			out = append(out, "no usable endpoint on this node under a Local policy: connections are dropped")
+		}
 	}
 	if sp.TrafficDistribution != "" {
 		out = append(out, fmt.Sprintf("trafficDistribution %s: the endpoints are the ones the zone hints give this node's zone", sp.TrafficDistribution))
 	}
-	if len(eps) > 0 && terminatingOnly(eps) {
+	if eps := p.Endpoints(policy.Set); policy.Verdict == intent.DNAT && terminatingOnly(eps) {
 		out = append(out, "terminating fallback: no endpoint is ready, so serving terminating ones are used")
 	}
-	if kind == KindLoadBalancerIP && len(sp.LoadBalancerSourceRanges) > 0 {
-		in := false
-		for _, p := range sp.LoadBalancerSourceRanges {
-			in = in || p.Contains(q.From)
-		}
+	if fe.Kind == intent.LoadBalancerIP && len(fe.SourceRanges) > 0 {
 		var rs []string
-		for _, p := range sp.LoadBalancerSourceRanges {
-			rs = append(rs, p.String())
+		for _, r := range fe.SourceRanges {
+			rs = append(rs, r.String())
 		}
-		if in {
+		if fe.Admits(q.From) {
 			out = append(out, fmt.Sprintf("loadBalancerSourceRanges %s: %s is allowed", strings.Join(rs, ","), q.From))
 		} else {
 			out = append(out, fmt.Sprintf("loadBalancerSourceRanges %s: %s is not allowed (dropped)", strings.Join(rs, ","), q.From))
 		}
 	}
-	if sp.AffinityTimeoutSeconds > 0 {
-		out = append(out, fmt.Sprintf("sessionAffinity ClientIP (timeout %ds): a client address stays on the endpoint it got first", sp.AffinityTimeoutSeconds))
+	if p.AffinitySeconds > 0 {
+		out = append(out, fmt.Sprintf("sessionAffinity ClientIP (timeout %ds): a client address stays on the endpoint it got first", p.AffinitySeconds))
+	}
+	if shortCircuit {
+		out = append(out, fmt.Sprintf("externalTrafficPolicy Local, client on this node: short-circuited to the cluster-wide endpoints (%d), as kube-proxy does", len(p.Cluster)))
 	}
 	return out
 }
-
-const noEndpointsRejected = "no usable endpoint anywhere in the cluster: connections are rejected"
 
 func terminatingOnly(eps []proxy.Endpoint) bool {
 	for _, e := range eps {

@@ -65,7 +65,7 @@ func (w *nftExplainWorld) query(to netip.AddrPort) explain.Query {
 
 func (w *nftExplainWorld) explain(t *testing.T, tr explain.Tracer, live bool, to netip.AddrPort) *explain.Result {
 	t.Helper()
-	res, err := explain.Explain("nftables", live, w.snap, w.query(to), tr)
+	res, err := explain.Explain("nftables", live, w.view(), w.query(to), tr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,11 +85,11 @@ func Run(ctx context.Context, o *config.Options, f Flags, named string, read Rea
 		q.Origin = explain.FromOutside
 	}
 	fam := q.Family()
-	tracer, nodeAddrs, err := newTracer(ctx, o, snap, fam, f.Live)
+	tr, err := newTracer(ctx, o, snap, fam, f.Live)
 	if err != nil {
 		return err
 	}
-	q.NodeAddrs = nodeAddrs
+	q.NodeAddrs = tr.nodeAddrs
 	var notes []string
 	if !snap.Node.Known {
 		if named != "" {
@@ -105,7 +105,7 @@ func Run(ctx context.Context, o *config.Options, f Flags, named string, read Rea
 	if note != "" {
 		notes = append(notes, note)
 	}
-	res, err := explain.Explain(mode, f.Live, snap, q, tracer)
+	res, err := explain.Explain(mode, f.Live, tr.view, q, tr.tracer)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os/exec"
 	"strings"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/config"
-	"github.com/kproxy/kproxy/pkg/explain"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
@@ -22,34 +20,35 @@ import (
 
 // liveIptablesTracer reads the nat and filter tables of fam with
 // iptables-save (the flavour the host uses) and the node's addresses.
-func liveIptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily) (explain.Tracer, []netip.Addr, error) {
+func liveIptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily) (traced, error) {
 	sys, err := linux.NewSystem(fam, linux.FlavourAuto)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s iptables tools: %w", fam, err)
+		return traced{}, fmt.Errorf("%s iptables tools: %w", fam, err)
 	}
 	local, err := sys.Host.LocalAddresses()
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing the node's addresses: %w", err)
+		return traced{}, fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	var save []byte
 	for _, table := range []string{"nat", "filter"} {
 		out, err := sys.Iptables.Save(ctx, table)
 		if err != nil {
-			return nil, nil, fmt.Errorf("reading the %s table: %w", table, err)
+			return traced{}, fmt.Errorf("reading the %s table: %w", table, err)
 		}
 		save = append(save, out...)
 	}
-	t, err := linux.LiveIptables(modeconfig.IPTables(o, fam), FullView(o, snap, fam, local), save)
-	return t, local, err
+	v := FullView(o, snap, fam, local)
+	t, err := linux.LiveIptables(modeconfig.IPTables(o, fam), v, save)
+	return traced{t, v, local}, err
 }
 
 // liveNFTablesTracer reads kproxy's nftables table of fam (nft -j list
 // table), the base chains of every table (nft -j list chains) and the
 // node's addresses.
-func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily) (explain.Tracer, []netip.Addr, error) {
+func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily) (traced, error) {
 	local, err := linux.ProcHost().LocalAddresses()
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing the node's addresses: %w", err)
+		return traced{}, fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	var in linux.NFTLive
 	table, err := runNFT(ctx, "-j", "list", "table", string(nftables.Family(fam)), nftables.TableName)
@@ -59,13 +58,14 @@ func liveNFTablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snap
 	case errors.Is(err, errNoTable):
 		// No table: nothing of kproxy's is installed (the drift says so).
 	default:
-		return nil, nil, err
+		return traced{}, err
 	}
 	if in.Chains, err = runNFT(ctx, "-j", "list", "chains"); err != nil {
-		return nil, nil, err
+		return traced{}, err
 	}
-	t, err := linux.LiveNFT(modeconfig.NFTables(o, fam), FullView(o, snap, fam, local), in)
-	return t, local, err
+	v := FullView(o, snap, fam, local)
+	t, err := linux.LiveNFT(modeconfig.NFTables(o, fam), v, in)
+	return traced{t, v, local}, err
 }
 
 var errNoTable = errors.New("no such table")

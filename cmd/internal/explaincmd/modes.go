@@ -18,9 +18,17 @@ import (
 	"github.com/kproxy/kproxy/platform/windows/hns"
 )
 
-// newTracer builds a mode's explain tracer for one family, planned or live,
-// and returns the node's addresses (where NodePorts are served).
-type newTracer func(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error)
+// traced is a mode's explain tracer for one family, the intent View its
+// programming was made from, and the node's addresses (where NodePorts are
+// served).
+type traced struct {
+	tracer    explain.Tracer
+	view      *intent.View
+	nodeAddrs []netip.Addr
+}
+
+// newTracer builds a mode's explain tracer for one family, planned or live.
+type newTracer func(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (traced, error)
 
 // modes are the modes explain covers. A mode is a tracer
 // (plan → trace).
@@ -44,38 +52,42 @@ func FullView(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, local []
 	return app.FullView(modeconfig.Settings(o), fam, snap, local)
 }
 
-func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
+func iptablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (traced, error) {
 	if live {
 		return liveIptablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedIptables(modeconfig.IPTables(o, fam), FullView(o, snap, fam, local))
-	return t, local, err
+	v := FullView(o, snap, fam, local)
+	t, err := linux.PlannedIptables(modeconfig.IPTables(o, fam), v)
+	return traced{t, v, local}, err
 }
 
-func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
+func nftablesTracer(ctx context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (traced, error) {
 	if live {
 		return liveNFTablesTracer(ctx, o, snap, fam)
 	}
 	local := plannedNodeAddrs(snap)
-	t, err := linux.PlannedNFT(modeconfig.NFTables(o, fam), FullView(o, snap, fam, local))
-	return t, local, err
+	v := FullView(o, snap, fam, local)
+	t, err := linux.PlannedNFT(modeconfig.NFTables(o, fam), v)
+	return traced{t, v, local}, err
 }
 
-func kernelspaceTracer(_ context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (explain.Tracer, []netip.Addr, error) {
+func kernelspaceTracer(_ context.Context, o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, live bool) (traced, error) {
 	var h hns.HNS
 	if live {
 		var err error
 		if h, err = hns.NewHNS(); err != nil {
-			return nil, nil, fmt.Errorf("--live needs HNS (a Windows node): %w", err)
+			return traced{}, fmt.Errorf("--live needs HNS (a Windows node): %w", err)
 		}
 	}
-	return HNSTracer(o, snap, fam, h, live)
+	t, v, err := HNSTracer(o, snap, fam, h, live)
+	return traced{t, v, snap.Node.Addresses}, err
 }
 
 // HNSTracer is kernelspaceTracer with the HNS given (nil for planned without
-// HNS; a fake HNS in tests).
-func HNSTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.HNS, live bool) (explain.Tracer, []netip.Addr, error) {
+// HNS; a fake HNS in tests); it returns the tracer and the intent View it
+// traces.
+func HNSTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.HNS, live bool) (explain.Tracer, *intent.View, error) {
 	opts := modeconfig.HNS(o, fam, h, app.Env{})
 	if opts.NetworkName == "" {
 		opts.NetworkName = "dry-run"
@@ -84,9 +96,10 @@ func HNSTracer(o *config.Options, snap *proxy.Snapshot, fam v1.IPFamily, h hns.H
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := b.Explainer(FullView(o, snap, fam, nil), live)
+	v := FullView(o, snap, fam, nil)
+	t, err := b.Explainer(v, live)
 	if err != nil {
 		return nil, nil, err
 	}
-	return t, snap.Node.Addresses, nil
+	return t, v, nil
 }
