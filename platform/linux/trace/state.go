@@ -27,7 +27,10 @@ func CheckDepth(depth int, where string) error {
 type State struct {
 	// Pkt is the packet as it was sent; Dst and DstPort are its
 	// destination now (rewritten by a DNAT).
-	Pkt     Packet
+	Pkt Packet
+	// Hook is the hook whose chains are being walked ("prerouting",
+	// "output", ...).
+	Hook    string
 	Dst     netip.Addr
 	DstPort uint16
 	// Prob is the probability of this branch.

@@ -88,6 +88,7 @@ func verdictRank(v trace.Verdict) int {
 func (rs *Ruleset) walkHook(h trace.Host, table, chain string, st trace.State) ([]trace.Branch, error) {
 	t := rs.tables[table]
 	c := t.chains[chain]
+	st.Hook = strings.ToLower(chain)
 	res, err := rs.walk(h, t, c, st, 0)
 	if err != nil {
 		return nil, err

@@ -28,21 +28,21 @@ package model
 //     sets (interval sets by containment), concatenations (hairpin), meta
 //     l4proto, th/tcp/udp/sctp ports (a protocol's header on another
 //     protocol's packet does not match), iifname with its "*" wildcard,
-//     fib saddr/daddr type (local: Host.LocalAddrs and loopback), meta mark
+//     fib saddr/daddr type (local: trace.Host.LocalAddrs and loopback), meta mark
 //     with & masks, ct state (a first packet is new), ct status (dnat once
 //     DNATed).
 //   - numgen random mod N: every value, each with probability 1/N (a
 //     comparison against a constant is split analytically: "numgen random
 //     mod 2147483648 < X" matches with probability X/2^31); numgen inc mod N:
-//     with Host.Counters, the kernel's per-expression counter (it starts at
+//     with trace.Host.Counters, the kernel's per-expression counter (it starts at
 //     N-1, so the first evaluation yields 0, and counts every evaluation);
 //     without, every value as for random, noted as a rotation; jhash ADDR mod
 //     N seed S: the kernel's jhash of the address bytes with the seed, scaled
 //     with reciprocal_scale (trace.ClusterSlot, checked against the
 //     kernel's xt_cluster, computes the same function).
-//   - session affinity: "ip saddr @S" holds when Host.AffinityHit[S] (or the
+//   - session affinity: "ip saddr @S" holds when trace.Host.AffinityHit[S] (or the
 //     set's elements hold the source); "update @S { ip saddr }" is reported
-//     in Outcome.AffinitySets.
+//     in trace.Outcome.AffinitySets.
 
 import (
 	"cmp"
@@ -58,110 +58,6 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/trace"
 	"sigs.k8s.io/knftables"
 )
-
-// Packet is the first packet of a new connection, as the tracer sees it.
-type Packet struct {
-	Src, Dst netip.Addr
-	// Proto is "tcp", "udp" or "sctp".
-	Proto            string
-	SrcPort, DstPort uint16
-	// Local: the node itself sends it (hook output); otherwise it arrives
-	// on InIface (hook prerouting).
-	Local bool
-	// InIface is the interface it arrives on, for iifname matches ("" when
-	// Local).
-	InIface string
-}
-
-// String renders the packet for messages.
-func (p Packet) String() string {
-	where := "arriving"
-	if p.Local {
-		where = "local"
-	} else if p.InIface != "" {
-		where = "arriving on " + p.InIface
-	}
-	return fmt.Sprintf("%s %s %s -> %s", where, p.Proto, netip.AddrPortFrom(p.Src, p.SrcPort), netip.AddrPortFrom(p.Dst, p.DstPort))
-}
-
-// Host holds the facts about the node the rules match on.
-type Host struct {
-	// LocalAddrs are the node's addresses (fib ... type local); loopback
-	// addresses are always local.
-	LocalAddrs []netip.Addr
-	// AffinityHit names the affinity sets that already hold the packet's
-	// source (optional).
-	AffinityHit map[string]bool
-	// Counters holds the numgen inc counters by CounterKey: non-nil, the
-	// trace evaluates each counter as the kernel does (a missing key is a
-	// counter as created, with the rule) and every outcome carries the
-	// counters after the packet; nil, numgen inc branches like random.
-	Counters map[string]uint32
-}
-
-// IsLocal reports whether a is one of the host's own addresses (or loopback).
-func (h Host) IsLocal(a netip.Addr) bool {
-	return a.IsLoopback() || slices.Contains(h.LocalAddrs, a)
-}
-
-// Verdict is the fate of a traced packet.
-type Verdict string
-
-// Verdicts.
-const (
-	// VerdictDNAT: the destination was rewritten and the packet goes on.
-	VerdictDNAT Verdict = "DNAT"
-	// VerdictReject: refused at once (a TCP reset, an ICMP unreachable).
-	VerdictReject Verdict = "REJECT"
-	// VerdictDrop: discarded silently.
-	VerdictDrop Verdict = "DROP"
-	// VerdictAccept: no rule handled it; it goes on unchanged (to
-	// Delivered).
-	VerdictAccept Verdict = "ACCEPT"
-	// VerdictUnknown: the packet met an opaque rule (one read back from a
-	// node that the converter could not read, see Opaque): the tracer does
-	// not go past it, what happens next is not known.
-	VerdictUnknown Verdict = "UNKNOWN"
-)
-
-// Outcome is one possible fate of a traced packet.
-type Outcome struct {
-	Verdict Verdict
-	// Dst is the destination after DNAT (the original when not DNATed).
-	Dst netip.AddrPort
-	// Masquerade: the source is masqueraded in postrouting.
-	Masquerade bool
-	// Probability of this outcome (1 when no rule branches).
-	Probability float64
-	// Delivered is where the packet goes after the rules: "local" (to a
-	// local address: input), "forward" (routed through the node) or "out"
-	// (sent by the node to another host). Empty when dropped or rejected
-	// in the nat hook.
-	Delivered string
-	// Mark is the packet mark after the last rule.
-	Mark uint32
-	// Path lists the steps, readable: each chain entered, each rule taken
-	// ("services #1: <rule> → <what it did>"), each branch chosen.
-	Path []string
-	// AffinitySets lists the affinity sets the source is added to (update
-	// @set), in order.
-	AffinitySets []string
-	// Counters holds the numgen inc counters after this packet (only when
-	// Host.Counters was given).
-	Counters map[string]uint32
-}
-
-// String renders an outcome for messages.
-func (o Outcome) String() string {
-	s := fmt.Sprintf("%.4g %s %s", o.Probability, o.Verdict, o.Dst)
-	if o.Masquerade {
-		s += " masq"
-	}
-	if o.Delivered != "" {
-		s += " (" + o.Delivered + ")"
-	}
-	return s
-}
 
 // CounterKey names the counter of a numgen inc expression: its chain and
 // rule position from 1 ("port-...-eps-cluster-3 #1"); a second numgen inc
@@ -1211,43 +1107,9 @@ func parseVerdict(f []string) (*verdictItem, error) {
 
 // ---- evaluation ----
 
-// state is one branch of a trace.
-type state struct {
-	pkt      Packet
-	hook     string // the hook being walked
-	dst      netip.Addr
-	dport    uint16
-	prob     float64
-	mark     uint32
-	dnat     bool
-	masq     bool
-	affinity []string
-	path     []string
-	counters map[string]uint32 // nil: not tracked; copied on write
-}
-
-func (s state) clone() state {
-	s.affinity = slices.Clone(s.affinity)
-	s.path = slices.Clone(s.path)
-	return s
-}
-
-func (s *state) step(format string, args ...any) {
-	s.path = append(slices.Clip(s.path), fmt.Sprintf(format, args...))
-}
-
-// branch is a state and how its walk of a chain ended: "" (fell off the
-// end, or returned), "accept", "drop", "reject", "unknown" (an opaque rule).
-type branch struct {
-	st      state
-	verdict string
-}
-
-const maxDepth = 64
-
 // Trace follows p through the table and returns every possible outcome,
 // most probable first (ties in a deterministic order).
-func (t *Tracer) Trace(h Host, p Packet) ([]Outcome, error) {
+func (t *Tracer) Trace(h trace.Host, p trace.Packet) ([]trace.Outcome, error) {
 	if !p.Src.IsValid() || !p.Dst.IsValid() {
 		return nil, fmt.Errorf("%s: source and destination are required", p)
 	}
@@ -1260,100 +1122,69 @@ func (t *Tracer) Trace(h Host, p Packet) ([]Outcome, error) {
 	if p.Local && p.InIface != "" {
 		return nil, fmt.Errorf("%s: a local packet has no input interface", p)
 	}
-	st := state{pkt: p, dst: p.Dst, dport: p.DstPort, prob: 1}
-	if h.Counters != nil {
-		st.counters = maps.Clone(h.Counters)
-	}
 	first := "prerouting"
 	if p.Local {
 		first = "output"
 	}
-	cur, err := t.hook(h, first, []branch{{st: st}})
+	cur, err := t.hook(h, first, []trace.Branch{{St: trace.NewState(h, p)}})
 	if err != nil {
 		return nil, err
 	}
-	var out []Outcome
+	var out []trace.Outcome
 	for _, b := range cur {
-		delivered := ""
-		if b.verdict == "" {
-			// The routing decision, after the DNAT.
-			local := h.IsLocal(b.st.dst)
-			var stages []string
-			switch {
-			case p.Local && local:
-				delivered, stages = "local", []string{"postrouting", "input"}
-			case p.Local:
-				delivered, stages = "out", []string{"postrouting"}
-			case local:
-				delivered, stages = "local", []string{"input"}
-			default:
-				delivered, stages = "forward", []string{"forward", "postrouting"}
-			}
-			bs := []branch{b}
-			for _, hk := range stages {
-				if bs, err = t.hook(h, hk, bs); err != nil {
-					return nil, err
-				}
-			}
-			for _, b := range bs {
-				out = append(out, outcome(b, delivered))
-			}
+		if b.End.Final() {
+			out = append(out, b.Outcome(""))
 			continue
 		}
-		out = append(out, outcome(b, delivered))
+		delivered, hooks := trace.Route(h, p, b.St.Dst)
+		bs := []trace.Branch{b}
+		for _, hk := range hooks {
+			if bs, err = t.hook(h, hk, bs); err != nil {
+				return nil, err
+			}
+		}
+		for _, b := range bs {
+			if b.End.Final() {
+				out = append(out, b.Outcome(""))
+			} else {
+				out = append(out, b.Outcome(delivered))
+			}
+		}
 	}
-	slices.SortStableFunc(out, func(a, b Outcome) int {
+	slices.SortStableFunc(out, func(a, b trace.Outcome) int {
 		return cmp.Or(cmp.Compare(b.Probability, a.Probability), cmp.Compare(a.Verdict, b.Verdict),
 			a.Dst.Compare(b.Dst), cmp.Compare(strings.Join(a.Path, "\n"), strings.Join(b.Path, "\n")))
 	})
 	return out, nil
 }
 
-func outcome(b branch, delivered string) Outcome {
-	o := Outcome{Dst: netip.AddrPortFrom(b.st.dst, b.st.dport), Masquerade: b.st.masq, Probability: b.st.prob,
-		Mark: b.st.mark, Path: b.st.path, AffinitySets: b.st.affinity, Counters: b.st.counters}
-	switch {
-	case b.verdict == "drop":
-		o.Verdict = VerdictDrop
-	case b.verdict == "reject":
-		o.Verdict = VerdictReject
-	case b.verdict == "unknown":
-		o.Verdict = VerdictUnknown
-	case b.st.dnat:
-		o.Verdict, o.Delivered = VerdictDNAT, delivered
-	default:
-		o.Verdict, o.Delivered = VerdictAccept, delivered
-	}
-	return o
-}
-
 // hook runs the base chains of hook hk, in priority order, over the
 // branches still going (a drop or reject is final; an accept ends one base
-// chain only). The verdict of a branch that goes on is "".
-func (t *Tracer) hook(h Host, hk string, in []branch) ([]branch, error) {
+// chain only). The End of a branch that goes on is EndNone.
+func (t *Tracer) hook(h trace.Host, hk string, in []trace.Branch) ([]trace.Branch, error) {
 	cur := in
 	for _, c := range t.hooks[hk] {
-		var next []branch
+		var next []trace.Branch
 		for _, b := range cur {
-			if b.verdict == "drop" || b.verdict == "reject" || b.verdict == "unknown" {
+			if b.End.Final() {
 				next = append(next, b)
 				continue
 			}
-			st := b.st.clone()
-			st.hook = hk
+			st := b.St.Clone()
+			st.Hook = hk
 			res, err := t.walk(h, c, st, 0)
 			if err != nil {
 				return nil, err
 			}
 			for _, r := range res {
-				switch r.verdict {
-				case "":
+				switch r.End {
+				case trace.EndNone:
 					if c.policy == "drop" {
-						r.st.step("%s: end of base chain, policy drop", c.name)
-						r.verdict = "drop"
+						r.St.Note("%s: end of base chain, policy drop", c.name)
+						r.End = trace.EndDrop
 					}
-				case "accept":
-					r.verdict = ""
+				case trace.EndAccept:
+					r.End = trace.EndNone
 				}
 				next = append(next, r)
 			}
@@ -1364,23 +1195,23 @@ func (t *Tracer) hook(h Host, hk string, in []branch) ([]branch, error) {
 }
 
 // walk enters chain c.
-func (t *Tracer) walk(h Host, c *tchain, st state, depth int) ([]branch, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("jump depth over %d at chain %s (loop?)", maxDepth, c.name)
+func (t *Tracer) walk(h trace.Host, c *tchain, st trace.State, depth int) ([]trace.Branch, error) {
+	if err := trace.CheckDepth(depth, "chain "+c.name); err != nil {
+		return nil, err
 	}
 	if c.hook != "" {
-		st.step("%s: hook %s (type %s, priority %d)", c.name, c.hook, c.typ, c.priority)
+		st.Note("%s: hook %s (type %s, priority %d)", c.name, c.hook, c.typ, c.priority)
 	}
 	return t.walkFrom(h, c, 0, st, depth)
 }
 
 // walkFrom evaluates chain c from rule index i.
-func (t *Tracer) walkFrom(h Host, c *tchain, i int, st state, depth int) ([]branch, error) {
-	if st.prob == 0 {
+func (t *Tracer) walkFrom(h trace.Host, c *tchain, i int, st trace.State, depth int) ([]trace.Branch, error) {
+	if st.Prob == 0 {
 		return nil, nil
 	}
 	if i >= len(c.rules) {
-		return []branch{{st: st}}, nil
+		return []trace.Branch{{St: st}}, nil
 	}
 	return t.evalItems(h, c, i, 0, st, depth)
 }
@@ -1391,43 +1222,43 @@ func (t *Tracer) ruleRef(c *tchain, i int) string {
 
 // evalItems evaluates rule i of c from its item k. A match that fails sends
 // the branch on to the next rule.
-func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]branch, error) {
+func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, depth int) ([]trace.Branch, error) {
 	r := c.rules[i]
 	if k == 0 && t.visit != nil {
 		t.visit(c.name, r.num)
 	}
 	if k == len(r.items) {
 		// Matched, no verdict: the next rule.
-		st.step("%s: %s", t.ruleRef(c, i), r.text)
+		st.Note("%s: %s", t.ruleRef(c, i), r.text)
 		return t.walkFrom(h, c, i+1, st, depth)
 	}
-	next := func(st state) ([]branch, error) { return t.evalItems(h, c, i, k+1, st, depth) }
-	fail := func(st state) ([]branch, error) { return t.walkFrom(h, c, i+1, st, depth) }
+	next := func(st trace.State) ([]trace.Branch, error) { return t.evalItems(h, c, i, k+1, st, depth) }
+	fail := func(st trace.State) ([]trace.Branch, error) { return t.walkFrom(h, c, i+1, st, depth) }
 	switch it := r.items[k].(type) {
 	case *cond:
 		alts, err := t.evalCond(h, c, r, k, it, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
 		}
-		var out []branch
+		var out []trace.Branch
 		for _, a := range alts {
 			s := st
 			if len(alts) > 1 {
-				s = st.clone()
+				s = st.Clone()
 			}
-			s.prob *= a.p
+			s.Prob *= a.p
 			if a.ctr != "" {
-				s.counters = maps.Clone(s.counters)
-				s.counters[a.ctr] = a.ctrVal
+				s.Counters = maps.Clone(s.Counters)
+				s.Counters[a.ctr] = a.ctrVal
 			}
 			if a.note != "" {
 				if a.ok {
-					s.step("%s: %s", t.ruleRef(c, i), a.note)
+					s.Note("%s: %s", t.ruleRef(c, i), a.note)
 				} else {
-					s.step("%s: %s: no match, next rule", t.ruleRef(c, i), a.note)
+					s.Note("%s: %s: no match, next rule", t.ruleRef(c, i), a.note)
 				}
 			}
-			var res []branch
+			var res []trace.Branch
 			if a.ok {
 				res, err = next(s)
 			} else {
@@ -1442,27 +1273,27 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 	case *markItem:
 		switch it.op {
 		case "=":
-			st.mark = it.val
+			st.Mark = it.val
 		case "|":
-			st.mark |= it.val
+			st.Mark |= it.val
 		case "^":
-			st.mark ^= it.val
+			st.Mark ^= it.val
 		case "&":
-			st.mark &= it.val
+			st.Mark &= it.val
 		}
 		return next(st)
 	case *updateItem:
-		st.affinity = append(slices.Clip(st.affinity), it.set)
+		st.AddAffinity(it.set)
 		return next(st)
 	case *verdictItem:
-		st.step("%s: %s", t.ruleRef(c, i), r.text)
+		st.Note("%s: %s", t.ruleRef(c, i), r.text)
 		return t.verdict(h, c, i, it, st, depth)
 	case *vmapItem:
 		alts, err := t.evalConcat(h, c, r, k, it.exprs, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
 		}
-		var out []branch
+		var out []trace.Branch
 		for _, a := range alts {
 			s := a.apply(st, len(alts) > 1)
 			if a.absent {
@@ -1475,7 +1306,7 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 			}
 			e := t.sets[it.set].lookup(a.vals)
 			if e == nil {
-				s.step("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.set)
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.set)
 				res, err := fail(s)
 				if err != nil {
 					return nil, err
@@ -1483,7 +1314,7 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 				out = append(out, res...)
 				continue
 			}
-			s.step("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.verdict)
+			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.verdict)
 			res, err := t.verdict(h, c, i, e.verdict, s, depth)
 			if err != nil {
 				return nil, err
@@ -1493,18 +1324,18 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 		return out, nil
 	case *dnatItem:
 		if it.mapName == "" {
-			st.dst, st.dnat = it.to, true
+			st.Dst, st.DNAT = it.to, true
 			if it.toPort != 0 {
-				st.dport = it.toPort
+				st.DstPort = it.toPort
 			}
-			st.step("%s: %s", t.ruleRef(c, i), r.text)
-			return []branch{{st: st, verdict: "accept"}}, nil
+			st.Note("%s: %s", t.ruleRef(c, i), r.text)
+			return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 		}
 		alts, err := t.evalConcat(h, c, r, k, it.exprs, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
 		}
-		var out []branch
+		var out []trace.Branch
 		for _, a := range alts {
 			s := a.apply(st, len(alts) > 1)
 			if a.absent {
@@ -1517,7 +1348,7 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 			}
 			e := t.sets[it.mapName].lookup(a.vals)
 			if e == nil {
-				s.step("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.mapName)
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.mapName)
 				res, err := fail(s)
 				if err != nil {
 					return nil, err
@@ -1528,41 +1359,41 @@ func (t *Tracer) evalItems(h Host, c *tchain, i, k int, st state, depth int) ([]
 			if len(e.val) < 1 || len(e.val) > 2 || e.val[0].kind != 'a' || (len(e.val) == 2 && e.val[1].kind != 'n') {
 				return nil, fmt.Errorf("%s (%s): element %s: want address [. port]", t.ruleRef(c, i), r.text, e.text)
 			}
-			s.dst, s.dnat = e.val[0].addr, true
+			s.Dst, s.DNAT = e.val[0].addr, true
 			if len(e.val) == 2 {
-				s.dport = uint16(e.val[1].num)
+				s.DstPort = uint16(e.val[1].num)
 			}
-			s.step("%s: %s: %s → %s", t.ruleRef(c, i), r.text, a.describe(), netip.AddrPortFrom(s.dst, s.dport))
-			out = append(out, branch{st: s, verdict: "accept"})
+			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, a.describe(), netip.AddrPortFrom(s.Dst, s.DstPort))
+			out = append(out, trace.Branch{St: s, End: trace.EndAccept})
 		}
 		return out, nil
 	case *masqItem:
-		st.masq = true
-		st.step("%s: %s", t.ruleRef(c, i), r.text)
-		return []branch{{st: st, verdict: "accept"}}, nil
+		st.Masq = true
+		st.Note("%s: %s", t.ruleRef(c, i), r.text)
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 	case *opaqueItem:
-		st.step("%s: %s: not simulated: what the kernel does with the packet from here is not known", t.ruleRef(c, i), r.text)
-		return []branch{{st: st, verdict: "unknown"}}, nil
+		st.Note("%s: %s: not simulated: what the kernel does with the packet from here is not known", t.ruleRef(c, i), r.text)
+		return []trace.Branch{{St: st, End: trace.EndUnknown}}, nil
 	case *rejectItem:
 		with := it.with
 		if with == "" {
 			with = "icmp port unreachable"
 		}
-		st.step("%s: %s (%s)", t.ruleRef(c, i), r.text, with)
-		return []branch{{st: st, verdict: "reject"}}, nil
+		st.Note("%s: %s (%s)", t.ruleRef(c, i), r.text, with)
+		return []trace.Branch{{St: st, End: trace.EndReject}}, nil
 	}
 	return nil, fmt.Errorf("%s: item %q not modelled", t.ruleRef(c, i), r.items[k])
 }
 
 // verdict applies a verdict taken in rule i of c.
-func (t *Tracer) verdict(h Host, c *tchain, i int, v *verdictItem, st state, depth int) ([]branch, error) {
+func (t *Tracer) verdict(h trace.Host, c *tchain, i int, v *verdictItem, st trace.State, depth int) ([]trace.Branch, error) {
 	switch v.kind {
 	case "return":
-		return []branch{{st: st}}, nil
+		return []trace.Branch{{St: st}}, nil
 	case "drop":
-		return []branch{{st: st, verdict: "drop"}}, nil
+		return []trace.Branch{{St: st, End: trace.EndDrop}}, nil
 	case "accept":
-		return []branch{{st: st, verdict: "accept"}}, nil
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 	}
 	sub := t.chains[v.chain]
 	res, err := t.walk(h, sub, st, depth+1)
@@ -1574,13 +1405,13 @@ func (t *Tracer) verdict(h Host, c *tchain, i int, v *verdictItem, st state, dep
 		// last jump.
 		return res, nil
 	}
-	var out []branch
+	var out []trace.Branch
 	for _, b := range res {
-		if b.verdict != "" {
+		if b.End != trace.EndNone {
 			out = append(out, b)
 			continue
 		}
-		rest, err := t.walkFrom(h, c, i+1, b.st, depth)
+		rest, err := t.walkFrom(h, c, i+1, b.St, depth)
 		if err != nil {
 			return nil, err
 		}
@@ -1625,14 +1456,14 @@ type valAlt struct {
 	ctrs map[string]uint32
 }
 
-func (a valAlt) apply(st state, fork bool) state {
+func (a valAlt) apply(st trace.State, fork bool) trace.State {
 	if fork {
-		st = st.clone()
+		st = st.Clone()
 	}
-	st.prob *= a.p
+	st.Prob *= a.p
 	if len(a.ctrs) > 0 {
-		st.counters = maps.Clone(st.counters)
-		maps.Copy(st.counters, a.ctrs)
+		st.Counters = maps.Clone(st.Counters)
+		maps.Copy(st.Counters, a.ctrs)
 	}
 	return st
 }
@@ -1647,7 +1478,7 @@ func (a valAlt) describe() string {
 
 // evalConcat evaluates a concatenation: every combination of the values
 // its random parts may take.
-func (t *Tracer) evalConcat(h Host, c *tchain, r *trule, k int, exprs []*expr, st *state) ([]valAlt, error) {
+func (t *Tracer) evalConcat(h trace.Host, c *tchain, r *trule, k int, exprs []*expr, st *trace.State) ([]valAlt, error) {
 	alts := []valAlt{{p: 1}}
 	for _, e := range exprs {
 		var next []valAlt
@@ -1693,27 +1524,27 @@ type exprVal struct {
 // maxBranches bounds the values a numgen may branch into.
 const maxBranches = 1 << 16
 
-func (t *Tracer) evalExpr(h Host, c *tchain, r *trule, k int, e *expr, st *state, pending map[string]uint32) ([]exprVal, error) {
-	p := st.pkt
+func (t *Tracer) evalExpr(h trace.Host, c *tchain, r *trule, k int, e *expr, st *trace.State, pending map[string]uint32) ([]exprVal, error) {
+	p := st.Pkt
 	one := func(v kval) []exprVal { return []exprVal{{p: 1, val: v}} }
 	switch e.kind {
 	case "saddr":
 		return one(kval{kind: 'a', addr: p.Src}), nil
 	case "daddr":
-		return one(kval{kind: 'a', addr: st.dst}), nil
+		return one(kval{kind: 'a', addr: st.Dst}), nil
 	case "l4proto":
 		return one(kval{kind: 'n', num: protoNums[p.Proto], str: p.Proto}), nil
 	case "dport", "sport":
 		if e.proto != "" && e.proto != p.Proto {
 			return []exprVal{{p: 1, absent: true}}, nil
 		}
-		port := st.dport
+		port := st.DstPort
 		if e.kind == "sport" {
 			port = p.SrcPort
 		}
 		return one(kval{kind: 'n', num: uint64(port)}), nil
 	case "mark":
-		return one(kval{kind: 'n', num: uint64(st.mark)}), nil
+		return one(kval{kind: 'n', num: uint64(st.Mark)}), nil
 	case "iifname":
 		return one(kval{kind: 's', str: p.InIface}), nil
 	case "oifname":
@@ -1721,19 +1552,19 @@ func (t *Tracer) evalExpr(h Host, c *tchain, r *trule, k int, e *expr, st *state
 		// interface (elsewhere the expression breaks: the rule does not
 		// match). A local destination is reached through "lo"; any other
 		// through an interface the model does not name.
-		switch st.hook {
+		switch st.Hook {
 		case "output", "forward", "postrouting":
 		default:
 			return []exprVal{{p: 1, absent: true}}, nil
 		}
-		if h.IsLocal(st.dst) {
+		if h.IsLocal(st.Dst) {
 			return one(kval{kind: 's', str: "lo"}), nil
 		}
 		return one(kval{kind: 's', str: "(not lo)"}), nil
 	case "fib-saddr", "fib-daddr":
 		a := p.Src
 		if e.kind == "fib-daddr" {
-			a = st.dst
+			a = st.Dst
 		}
 		typ := "unicast"
 		switch {
@@ -1747,20 +1578,20 @@ func (t *Tracer) evalExpr(h Host, c *tchain, r *trule, k int, e *expr, st *state
 		return one(kval{kind: 's', str: "new"}), nil
 	case "ctstatus":
 		var s uint64
-		if st.dnat {
+		if st.DNAT {
 			s |= ctStatusBits["dnat"]
 		}
 		return one(kval{kind: 'n', num: s}), nil
 	case "jhash":
 		src := p.Src
 		if e.hashOf.kind == "daddr" {
-			src = st.dst
+			src = st.Dst
 		}
 		slot := uint64(trace.ClusterSlot(src, e.seed, uint32(e.mod))) + e.off
 		return []exprVal{{p: 1, val: kval{kind: 'n', num: slot}, note: fmt.Sprintf("jhash %s = %d", src, slot)}}, nil
 	case "numgen":
-		if key, ok := t.counterKey(c, r, k, e); ok && st.counters != nil {
-			v, next := t.incNext(st.counters, pending, key, e.mod)
+		if key, ok := t.counterKey(c, r, k, e); ok && st.Counters != nil {
+			v, next := t.incNext(st.Counters, pending, key, e.mod)
 			return []exprVal{{p: 1, val: kval{kind: 'n', num: v + e.off}, note: fmt.Sprintf("numgen inc = %d (counter %s)", v+e.off, key), ctr: key, ctrVal: next}}, nil
 		}
 		if e.mod > maxBranches {
@@ -1858,12 +1689,12 @@ type condAlt struct {
 	ctrVal uint32
 }
 
-func (t *Tracer) evalCond(h Host, c *tchain, r *trule, k int, m *cond, st *state) ([]condAlt, error) {
+func (t *Tracer) evalCond(h trace.Host, c *tchain, r *trule, k int, m *cond, st *trace.State) ([]condAlt, error) {
 	// A numgen compared with constants: split analytically (no branch per
 	// value), unless its counter is tracked.
 	if len(m.exprs) == 1 && m.exprs[0].kind == "numgen" && m.mask == nil && m.set == "" {
 		e := m.exprs[0]
-		if _, inc := t.counterKey(c, r, k, e); !inc || st.counters == nil {
+		if _, inc := t.counterKey(c, r, k, e); !inc || st.Counters == nil {
 			n := countMatching(e, m)
 			note := fmt.Sprintf("%s: p %s", m.text, frac(n, e.mod))
 			if e.gen == "inc" {
@@ -1899,7 +1730,7 @@ func (t *Tracer) evalCond(h Host, c *tchain, r *trule, k int, m *cond, st *state
 			out = append(out, ca)
 			continue
 		}
-		ok, err := t.holds(h, m, a.vals, st.pkt.Src)
+		ok, err := t.holds(h, m, a.vals, st.Pkt.Src)
 		if err != nil {
 			return nil, err
 		}
@@ -1951,7 +1782,7 @@ func countMatching(e *expr, m *cond) uint64 {
 }
 
 // holds evaluates match m on the values vals.
-func (t *Tracer) holds(h Host, m *cond, vals []kval, src netip.Addr) (bool, error) {
+func (t *Tracer) holds(h trace.Host, m *cond, vals []kval, src netip.Addr) (bool, error) {
 	if m.mask != nil {
 		vals = []kval{{kind: 'n', num: vals[0].num & *m.mask}}
 	}
@@ -2020,11 +1851,11 @@ func constMatches(exprs []*expr, c, vals []kval) bool {
 // next: the round robin rotation. Every outcome of one packet must leave
 // the same counters (a counter behind a random branch has no single next
 // state): otherwise it is an error.
-func (t *Tracer) TraceSequence(h Host, p Packet, n int) ([][]Outcome, error) {
+func (t *Tracer) TraceSequence(h trace.Host, p trace.Packet, n int) ([][]trace.Outcome, error) {
 	if h.Counters == nil {
 		h.Counters = map[string]uint32{}
 	}
-	var out [][]Outcome
+	var out [][]trace.Outcome
 	for i := range n {
 		outs, err := t.Trace(h, p)
 		if err != nil {
