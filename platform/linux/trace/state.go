@@ -21,9 +21,9 @@ func CheckDepth(depth int, where string) error {
 }
 
 // State is one branch of a trace: the packet as the rules have left it so
-// far, and what the trace has recorded on the way. Branches share slices
-// until Clone; appends go through slices.Clip so that one branch never
-// writes into another's array.
+// far, and what the trace has recorded on the way. Copies share slices
+// until Clone; Note, AddStep and AddAffinity append through slices.Clip,
+// so that a copy never writes into another's array.
 type State struct {
 	// Pkt is the packet as it was sent; Dst and DstPort are its
 	// destination now (rewritten by a DNAT).
