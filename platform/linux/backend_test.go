@@ -20,6 +20,7 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/iptables"
 	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -415,8 +416,8 @@ func TestTakeOver(t *testing.T) {
 			w.mustSync(false)
 
 			rs := w.ipt.Rules
-			h := iptmodel.Host{LocalAddrs: w.host.Addrs}
-			outs, err := rs.Trace(h, iptmodel.Packet{Src: netip.MustParseAddr("10.244.1.100"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 4000, DstPort: 80})
+			h := trace.Host{LocalAddrs: w.host.Addrs}
+			outs, err := rs.Trace(h, trace.Packet{Src: netip.MustParseAddr("10.244.1.100"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 4000, DstPort: 80})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/iptables"
 	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
 	"github.com/kproxy/kproxy/platform/linux/iptables/syntax"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 )
 
 // IptablesExplainer is `kproxy explain`'s tracer for the iptables mode: it
@@ -19,7 +20,7 @@ import (
 // iptables-save printed (live, with the drift from the plan).
 type IptablesExplainer struct {
 	rs    *iptmodel.Ruleset
-	host  iptmodel.Host
+	host  trace.Host
 	drift []string
 }
 
@@ -54,7 +55,7 @@ func PlannedIptables(cfg facts.Config, v *intent.View) (*IptablesExplainer, erro
 	if err != nil {
 		return nil, err
 	}
-	return &IptablesExplainer{rs: rs, host: iptmodel.Host{LocalAddrs: v.LocalAddrs}}, nil
+	return &IptablesExplainer{rs: rs, host: trace.Host{LocalAddrs: v.LocalAddrs}}, nil
 }
 
 // LiveIptables returns a tracer over save, the iptables-save output of the nat
@@ -69,12 +70,12 @@ func LiveIptables(cfg facts.Config, v *intent.View, save []byte) (*IptablesExpla
 	if err != nil {
 		return nil, err
 	}
-	return &IptablesExplainer{rs: live, host: iptmodel.Host{LocalAddrs: v.LocalAddrs}, drift: IptablesDrift(planned, live, jumps)}, nil
+	return &IptablesExplainer{rs: live, host: trace.Host{LocalAddrs: v.LocalAddrs}, drift: IptablesDrift(planned, live, jumps)}, nil
 }
 
 // Trace follows the first packet of q through the tables.
 func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
-	pkt := iptmodel.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
+	pkt := trace.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
 		SrcPort: 40000, DstPort: q.To.Port(), Local: q.Origin == explain.FromNode}
 	outs, err := e.rs.Trace(e.host, pkt)
 	if err != nil {
@@ -87,14 +88,14 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 		t := explain.Target{Probability: o.Probability, Masquerade: o.Masquerade}
 		byKproxy := decidedByKproxy(o)
 		switch {
-		case (o.Verdict == iptmodel.Reject || o.Verdict == iptmodel.Drop) && !byKproxy && !o.DNAT:
+		case (o.Verdict == trace.VerdictReject || o.Verdict == trace.VerdictDrop) && !byKproxy && !o.DNAT:
 			// The host's own rules (a FORWARD policy of DROP, say) decide
 			// the fate of a packet kproxy does not handle.
 			t.Verdict = explain.NotHandled
 			tr.Notes = appendOnce(tr.Notes, fmt.Sprintf("kproxy does not handle it; the host's own rules then %s it (%s)", strings.ToLower(string(o.Verdict)), lastStep(o)))
-		case o.Verdict == iptmodel.Reject:
+		case o.Verdict == trace.VerdictReject:
 			t.Verdict = explain.Reject
-		case o.Verdict == iptmodel.Drop:
+		case o.Verdict == trace.VerdictDrop:
 			t.Verdict = explain.Drop
 		case o.DNAT:
 			t.Verdict = explain.DNAT
@@ -103,7 +104,7 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 		default:
 			t.Verdict = explain.NotHandled
 		}
-		affinity = affinity || len(o.RecentSet) > 0
+		affinity = affinity || len(o.AffinitySets) > 0
 		tr.Targets = mergeTarget(tr.Targets, t)
 	}
 	if dnats > 1 {
@@ -121,7 +122,7 @@ func (e *IptablesExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 
 // decidedByKproxy reports whether a DROP or REJECT of o comes from a rule
 // of a kproxy chain (kproxy's own REJECT and DROP rules, in KPROXY-FIREWALL).
-func decidedByKproxy(o iptmodel.Outcome) bool {
+func decidedByKproxy(o trace.Outcome) bool {
 	for _, st := range o.Steps {
 		if iptables.Owned(st.Chain) && (st.Target == "DROP" || st.Target == "REJECT") {
 			return true
@@ -132,7 +133,7 @@ func decidedByKproxy(o iptmodel.Outcome) bool {
 
 // lastStep names where a packet's fate was decided: the last rule taken, or
 // the policy of the last chain.
-func lastStep(o iptmodel.Outcome) string {
+func lastStep(o trace.Outcome) string {
 	if n := len(o.Steps); n > 0 && (o.Steps[n-1].Target == "DROP" || o.Steps[n-1].Target == "REJECT") {
 		st := o.Steps[n-1]
 		return fmt.Sprintf("%s/%s rule %d: %s", st.Table, st.Chain, st.Rule, st.Spec)
@@ -162,7 +163,7 @@ func mergeTarget(ts []explain.Target, t explain.Target) []explain.Target {
 	return append(ts, t)
 }
 
-func touchesKproxy(outs []iptmodel.Outcome) bool {
+func touchesKproxy(outs []trace.Outcome) bool {
 	for _, o := range outs {
 		for _, p := range o.Path {
 			if iptables.Owned(p[strings.IndexByte(p, '/')+1:]) {
@@ -176,7 +177,7 @@ func touchesKproxy(outs []iptmodel.Outcome) bool {
 // iptablesPath lists the rules every outcome took in common, each
 // outcome's own rules (the endpoint choice, a verdict), then the rules every
 // outcome took after them.
-func iptablesPath(outs []iptmodel.Outcome) []explain.Step {
+func iptablesPath(outs []trace.Outcome) []explain.Step {
 	if len(outs) == 0 {
 		return nil
 	}
@@ -209,7 +210,7 @@ func iptablesPath(outs []iptmodel.Outcome) []explain.Step {
 		path = append(path, stepOf(s, ""))
 	}
 	for _, o := range outs {
-		fate := string(o.Verdict)
+		fate := strings.ToLower(string(o.Verdict))
 		if o.DNAT {
 			fate = o.Dst.String()
 		}
@@ -223,7 +224,7 @@ func iptablesPath(outs []iptmodel.Outcome) []explain.Step {
 	return path
 }
 
-func stepOf(s iptmodel.Step, prefix string) explain.Step {
+func stepOf(s trace.Step, prefix string) explain.Step {
 	return explain.Step{
 		Where: fmt.Sprintf("%s%s/%s rule %d", prefix, s.Table, s.Chain, s.Rule),
 		What:  "-A " + s.Chain + " " + s.Spec,
@@ -233,7 +234,7 @@ func stepOf(s iptmodel.Step, prefix string) explain.Step {
 
 // ruleReason says in words what a rule kproxy writes does, from its chain,
 // target and matches.
-func ruleReason(s iptmodel.Step) string {
+func ruleReason(s trace.Step) string {
 	args, _ := syntax.Split(s.Spec)
 	svc := argAfter(args, "--comment")
 	of := ""

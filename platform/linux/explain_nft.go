@@ -14,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 )
 
 // NFTExplainer is `kproxy explain`'s tracer for the nftables mode: it
@@ -24,7 +25,7 @@ type NFTExplainer struct {
 	cfg   facts.Config
 	model *nftmodel.Model
 	tr    *nftmodel.Tracer
-	host  nftmodel.Host
+	host  trace.Host
 	drift []string
 	notes []string
 }
@@ -68,7 +69,7 @@ func newNFTExplainer(cfg facts.Config, m *nftmodel.Model, local []netip.Addr) (*
 	if err != nil {
 		return nil, fmt.Errorf("reading kproxy's nftables table for tracing: %w", err)
 	}
-	return &NFTExplainer{cfg: cfg, model: m, tr: tr, host: nftmodel.Host{LocalAddrs: local}}, nil
+	return &NFTExplainer{cfg: cfg, model: m, tr: tr, host: trace.Host{LocalAddrs: local}}, nil
 }
 
 // PlannedNFT returns a tracer over kproxy's plan of v (a full View of
@@ -147,7 +148,7 @@ func (e *NFTExplainer) podIface() string {
 
 // Trace follows the first packet of q through kproxy's table.
 func (e *NFTExplainer) Trace(q explain.Query) (*explain.Trace, error) {
-	pkt := nftmodel.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
+	pkt := trace.Packet{Src: q.From, Dst: q.To.Addr(), Proto: strings.ToLower(string(q.Protocol)),
 		SrcPort: 40000, DstPort: q.To.Port(), Local: q.Origin == explain.FromNode}
 	tr := &explain.Trace{Drift: e.drift, Notes: append([]string(nil), e.notes...)}
 	if q.Origin == explain.FromPod {
@@ -164,14 +165,14 @@ func (e *NFTExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 	for _, o := range outs {
 		t := explain.Target{Probability: o.Probability, Masquerade: o.Masquerade}
 		switch o.Verdict {
-		case nftmodel.VerdictDNAT:
+		case trace.VerdictDNAT:
 			t.Verdict, t.Endpoint = explain.DNAT, o.Dst.String()
 			dnats++
-		case nftmodel.VerdictReject:
+		case trace.VerdictReject:
 			t.Verdict = explain.Reject
-		case nftmodel.VerdictDrop:
+		case trace.VerdictDrop:
 			t.Verdict = explain.Drop
-		case nftmodel.VerdictUnknown:
+		case trace.VerdictUnknown:
 			t.Verdict = explain.Unknown
 			tr.Notes = appendOnce(tr.Notes, "the packet meets a rule kproxy does not write and the tracer cannot read (see the drift): what happens from there is not simulated")
 		default:
@@ -189,7 +190,7 @@ func (e *NFTExplainer) Trace(q explain.Query) (*explain.Trace, error) {
 
 // touchesNFTServices reports whether some outcome went through the
 // services chain (the dispatch).
-func touchesNFTServices(outs []nftmodel.Outcome) bool {
+func touchesNFTServices(outs []trace.Outcome) bool {
 	for _, o := range outs {
 		for _, s := range o.Path {
 			if strings.HasPrefix(s, nftables.ChainServices+" #") {
@@ -202,7 +203,7 @@ func touchesNFTServices(outs []nftmodel.Outcome) bool {
 
 // nftAlgorithm names how one endpoint is picked, from the rules the
 // outcomes took.
-func nftAlgorithm(outs []nftmodel.Outcome, dnats int) string {
+func nftAlgorithm(outs []trace.Outcome, dnats int) string {
 	var all strings.Builder
 	for _, o := range outs {
 		for _, s := range o.Path {
@@ -231,7 +232,7 @@ func nftAlgorithm(outs []nftmodel.Outcome, dnats int) string {
 // nftPath lists the steps every outcome took in common, each outcome's own
 // steps (the endpoint choice, a verdict), then the steps every outcome took
 // after them.
-func nftPath(m *nftmodel.Model, outs []nftmodel.Outcome) []explain.Step {
+func nftPath(m *nftmodel.Model, outs []trace.Outcome) []explain.Step {
 	if len(outs) == 0 {
 		return nil
 	}
@@ -266,11 +267,11 @@ func nftPath(m *nftmodel.Model, outs []nftmodel.Outcome) []explain.Step {
 	for _, o := range outs {
 		fate := string(o.Verdict)
 		switch o.Verdict {
-		case nftmodel.VerdictDNAT:
+		case trace.VerdictDNAT:
 			fate = o.Dst.String()
-		case nftmodel.VerdictAccept:
+		case trace.VerdictAccept:
 			fate = "not handled"
-		case nftmodel.VerdictUnknown:
+		case trace.VerdictUnknown:
 			fate = "not simulated"
 		}
 		for _, s := range o.Path[pre : len(o.Path)-suf] {

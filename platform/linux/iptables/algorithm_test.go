@@ -18,14 +18,14 @@ import (
 
 // traceOne traces one first packet from src to dst and returns its single
 // outcome's destination (failing when the outcome is not single).
-func traceOne(t *testing.T, rs *iptmodel.Ruleset, h iptmodel.Host, src netip.Addr, dst string) string {
+func traceOne(t *testing.T, rs *iptmodel.Ruleset, h trace.Host, src netip.Addr, dst string) string {
 	t.Helper()
 	d := netip.MustParseAddrPort(dst)
-	out, err := rs.Trace(h, iptmodel.Packet{Src: src, Dst: d.Addr(), Proto: "tcp", SrcPort: 40000, DstPort: d.Port()})
+	out, err := rs.Trace(h, trace.Packet{Src: src, Dst: d.Addr(), Proto: "tcp", SrcPort: 40000, DstPort: d.Port()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 1 || out[0].Verdict != iptmodel.Accept || !out[0].DNAT {
+	if len(out) != 1 || out[0].Verdict != trace.VerdictDNAT || !out[0].DNAT {
 		t.Fatalf("%s → %s: outcomes %v, want exactly one DNAT", src, dst, out)
 	}
 	return out[0].Dst.String()
@@ -113,7 +113,7 @@ func TestTraceSourceHash(t *testing.T) {
 
 	sticky := svc("ns/sh", "10.96.0.32", 80, v1.ProtocolTCP, withAlgorithm(proxy.AlgorithmSourceHash), withAffinity(60), withEndpoints(algoEndpoints...))
 	rs, h := tracePlan(t, testConfig(v1.IPv4Protocol), view(v1.IPv4Protocol, sticky), false)
-	out, err := rs.Trace(h, iptmodel.Packet{Src: clientPod, Dst: a("10.96.0.32"), Proto: "tcp", SrcPort: 1, DstPort: 80})
+	out, err := rs.Trace(h, trace.Packet{Src: clientPod, Dst: a("10.96.0.32"), Proto: "tcp", SrcPort: 1, DstPort: 80})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestLeastConnection(t *testing.T) {
 	rs := iptmodel.New()
 	share := func() map[string]float64 {
 		t.Helper()
-		out, err := rs.Trace(iptmodel.Host{}, iptmodel.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
+		out, err := rs.Trace(trace.Host{}, trace.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestLeastConnectionWeights(t *testing.T) {
 	in.Connections = map[proxy.ServicePortName]map[netip.AddrPort]int{sp.Name: conns}
 	rs := iptmodel.New()
 	kernel(t, rs, planned(mustPlanner(t, testConfig(v1.IPv4Protocol)), in))
-	out, err := rs.Trace(iptmodel.Host{}, iptmodel.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
+	out, err := rs.Trace(trace.Host{}, trace.Packet{Src: clientPod, Dst: a("10.96.0.41"), Proto: "tcp", SrcPort: 1, DstPort: 80})
 	if err != nil {
 		t.Fatal(err)
 	}

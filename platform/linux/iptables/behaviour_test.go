@@ -12,6 +12,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -56,7 +57,7 @@ func TestBehaviourTable(t *testing.T) {
 			}
 			rs := iptmodel.New()
 			kernel(t, rs, plan)
-			h := iptmodel.Host{LocalAddrs: local}
+			h := trace.Host{LocalAddrs: local}
 			for _, row := range tb.RowsFor(pc) {
 				if row.Family != fam {
 					continue
@@ -71,7 +72,7 @@ func TestBehaviourTable(t *testing.T) {
 	}
 }
 
-func traceRow(t *testing.T, topo *proxytest.Topology, rs *iptmodel.Ruleset, h iptmodel.Host, row proxytest.Row) {
+func traceRow(t *testing.T, topo *proxytest.Topology, rs *iptmodel.Ruleset, h trace.Host, row proxytest.Row) {
 	from, ok := topo.Host(row.From)
 	if !ok {
 		t.Fatalf("unknown client %s", row.From)
@@ -80,7 +81,7 @@ func traceRow(t *testing.T, topo *proxytest.Topology, rs *iptmodel.Ruleset, h ip
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkt := iptmodel.Packet{
+	pkt := trace.Packet{
 		Src: from.Addr(row.Family), Dst: dst.Addr(), Proto: strings.ToLower(string(row.Protocol)),
 		SrcPort: 40000, DstPort: dst.Port(), Local: from.Name == topo.ProxyNode,
 	}
@@ -91,8 +92,8 @@ func traceRow(t *testing.T, topo *proxytest.Topology, rs *iptmodel.Ruleset, h ip
 	if err != nil {
 		t.Fatalf("%s: %v", pkt, err)
 	}
-	want := map[proxytest.Outcome]iptmodel.Verdict{
-		proxytest.Answer: iptmodel.Accept, proxytest.Rejected: iptmodel.Reject, proxytest.Dropped: iptmodel.Drop,
+	want := map[proxytest.Outcome]trace.Verdict{
+		proxytest.Answer: trace.VerdictDNAT, proxytest.Rejected: trace.VerdictReject, proxytest.Dropped: trace.VerdictDrop,
 	}[row.Expect.Outcome]
 	reached := map[string]bool{}
 	for _, o := range outs {
@@ -100,19 +101,19 @@ func traceRow(t *testing.T, topo *proxytest.Topology, rs *iptmodel.Ruleset, h ip
 		// node's stack refuses a connection to a port nothing listens on,
 		// and an address nobody owns (one kproxy does not capture) is a
 		// black hole.
-		if o.Verdict == iptmodel.Accept && !o.DNAT {
+		if o.Verdict == trace.VerdictAccept {
 			switch o.Delivered {
 			case "local":
-				o.Verdict = iptmodel.Reject
+				o.Verdict = trace.VerdictReject
 			case "forward", "out":
-				o.Verdict = iptmodel.Drop
+				o.Verdict = trace.VerdictDrop
 			}
 		}
 		if o.Verdict != want {
 			t.Errorf("%s: outcome %v, want %s (path %s)", pkt, o, row.Expect.Outcome, strings.Join(o.Path, " "))
 			continue
 		}
-		if want != iptmodel.Accept {
+		if want != trace.VerdictDNAT {
 			continue
 		}
 		name := topo.HostByAddr(o.Dst.Addr())
@@ -131,11 +132,11 @@ func traceRow(t *testing.T, topo *proxytest.Topology, rs *iptmodel.Ruleset, h ip
 				t.Errorf("%s: not masqueraded, want a node source (path %s)", pkt, strings.Join(o.Path, " "))
 			}
 		}
-		if row.Expect.Sticky && len(o.RecentSet) != 1 {
-			t.Errorf("%s: affinity: recorded in %v, want one recent list", pkt, o.RecentSet)
+		if row.Expect.Sticky && len(o.AffinitySets) != 1 {
+			t.Errorf("%s: affinity: recorded in %v, want one recent list", pkt, o.AffinitySets)
 		}
 	}
-	if want == iptmodel.Accept && len(reached) != len(row.Expect.Backends) {
+	if want == trace.VerdictDNAT && len(reached) != len(row.Expect.Backends) {
 		t.Errorf("%s: reaches %v, want every one of %v", pkt, reached, row.Expect.Backends)
 	}
 }

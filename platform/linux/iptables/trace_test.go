@@ -14,6 +14,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	iptmodel "github.com/kproxy/kproxy/platform/linux/iptables/model"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 )
 
 // kernel applies a plan to an in-memory ruleset the way the applier applies
@@ -68,16 +69,19 @@ var (
 type expect struct {
 	eps     []string // "ip:port"; empty means no DNAT
 	masq    bool
-	verdict iptmodel.Verdict
+	verdict trace.Verdict
 }
 
 func answer(masq bool, eps ...string) expect {
-	return expect{eps: eps, masq: masq, verdict: iptmodel.Accept}
+	if len(eps) == 0 {
+		return expect{masq: masq, verdict: trace.VerdictAccept}
+	}
+	return expect{eps: eps, masq: masq, verdict: trace.VerdictDNAT}
 }
 
 var (
-	rejected = expect{verdict: iptmodel.Reject}
-	dropped  = expect{verdict: iptmodel.Drop}
+	rejected = expect{verdict: trace.VerdictReject}
+	dropped  = expect{verdict: trace.VerdictDrop}
 )
 
 type probe struct {
@@ -87,7 +91,7 @@ type probe struct {
 	want  expect
 }
 
-func tracePlan(t *testing.T, cfg facts.Config, v *proxy.FamilyView, forwardDrop bool) (*iptmodel.Ruleset, iptmodel.Host) {
+func tracePlan(t *testing.T, cfg facts.Config, v *proxy.FamilyView, forwardDrop bool) (*iptmodel.Ruleset, trace.Host) {
 	t.Helper()
 	p := mustPlanner(t, cfg)
 	in := fullInput(v)
@@ -106,17 +110,17 @@ func tracePlan(t *testing.T, cfg facts.Config, v *proxy.FamilyView, forwardDrop 
 	kernel(t, rs, plan)
 	var local []netip.Addr
 	local = append(local, in.LocalAddrs...)
-	return rs, iptmodel.Host{LocalAddrs: local}
+	return rs, trace.Host{LocalAddrs: local}
 }
 
-func checkProbe(t *testing.T, rs *iptmodel.Ruleset, h iptmodel.Host, pr probe) {
+func checkProbe(t *testing.T, rs *iptmodel.Ruleset, h trace.Host, pr probe) {
 	t.Helper()
 	dst := netip.MustParseAddrPort(pr.dst)
 	proto := pr.proto
 	if proto == "" {
 		proto = "tcp"
 	}
-	pkt := iptmodel.Packet{Src: pr.from.src, Dst: dst.Addr(), Proto: proto, SrcPort: 40000, DstPort: dst.Port(), Local: pr.from.local}
+	pkt := trace.Packet{Src: pr.from.src, Dst: dst.Addr(), Proto: proto, SrcPort: 40000, DstPort: dst.Port(), Local: pr.from.local}
 	outs, err := rs.Trace(h, pkt)
 	if err != nil {
 		t.Fatalf("%s: %v", pkt, err)
@@ -129,7 +133,7 @@ func checkProbe(t *testing.T, rs *iptmodel.Ruleset, h iptmodel.Host, pr probe) {
 			t.Errorf("%s: outcome %v, want verdict %s (path %s)", pkt, o, pr.want.verdict, strings.Join(o.Path, " "))
 			continue
 		}
-		if o.Verdict != iptmodel.Accept {
+		if o.Verdict != trace.VerdictAccept && o.Verdict != trace.VerdictDNAT {
 			continue
 		}
 		if o.Masquerade != pr.want.masq {
@@ -144,7 +148,7 @@ func checkProbe(t *testing.T, rs *iptmodel.Ruleset, h iptmodel.Host, pr probe) {
 	if math.Abs(total-1) > 1e-6 {
 		t.Errorf("%s: probabilities sum to %v", pkt, total)
 	}
-	if pr.want.verdict != iptmodel.Accept {
+	if pr.want.verdict != trace.VerdictAccept && pr.want.verdict != trace.VerdictDNAT {
 		return
 	}
 	want := map[string]float64{}
@@ -410,7 +414,7 @@ func TestTraceAffinity(t *testing.T) {
 	rs, h := tracePlan(t, testConfig(v1.IPv4Protocol), view(v1.IPv4Protocol, sp), false)
 	for _, dst := range []string{"10.96.0.20:80", node1IP.String() + ":30090"} {
 		d := netip.MustParseAddrPort(dst)
-		pkt := iptmodel.Packet{Src: clientPod, Dst: d.Addr(), Proto: "tcp", SrcPort: 40000, DstPort: d.Port()}
+		pkt := trace.Packet{Src: clientPod, Dst: d.Addr(), Proto: "tcp", SrcPort: 40000, DstPort: d.Port()}
 		first, err := rs.Trace(h, pkt)
 		if err != nil {
 			t.Fatal(err)
@@ -419,12 +423,12 @@ func TestTraceAffinity(t *testing.T) {
 			t.Fatalf("%s: first connection outcomes %v, want 3", dst, first)
 		}
 		for _, o := range first {
-			if len(o.RecentSet) != 1 {
-				t.Fatalf("%s: outcome %v recorded in %v, want one list", dst, o, o.RecentSet)
+			if len(o.AffinitySets) != 1 {
+				t.Fatalf("%s: outcome %v recorded in %v, want one list", dst, o, o.AffinitySets)
 			}
 			// The same client again: always the same endpoint.
 			h2 := h
-			h2.Recent = map[string][]netip.Addr{o.RecentSet[0]: {clientPod}}
+			h2.AffinityHit = map[string]bool{o.AffinitySets[0]: true}
 			again, err := rs.Trace(h2, pkt)
 			if err != nil {
 				t.Fatal(err)

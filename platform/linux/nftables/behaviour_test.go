@@ -32,7 +32,7 @@ type behaviourEnv struct {
 	node   nftables.Node
 	ports  map[proxy.ServicePortName]*intent.Port
 	tracer *nftmodel.Tracer
-	host   nftmodel.Host
+	host   trace.Host
 }
 
 // newBehaviourEnv maps the table's configuration onto facts.Config and the
@@ -58,7 +58,7 @@ func newBehaviourEnv(t *testing.T, tb *proxytest.Table, pc proxytest.Config, sna
 	}
 	loopback := netip.MustParseAddr(map[v1.IPFamily]string{v1.IPv4Protocol: "127.0.0.1", v1.IPv6Protocol: "::1"}[fam])
 	local := append(node1.Addrs(fam), loopback)
-	e := &behaviourEnv{topo: topo, cfg: cfg, host: nftmodel.Host{LocalAddrs: local}, ports: map[proxy.ServicePortName]*intent.Port{}}
+	e := &behaviourEnv{topo: topo, cfg: cfg, host: trace.Host{LocalAddrs: local}, ports: map[proxy.ServicePortName]*intent.Port{}}
 	e.icfg = intent.Config{Family: fam, MasqueradeAll: cfg.MasqueradeAll, NodeIPs: cfg.NodeIPs(snap.Node, local)}
 	e.node.PodCIDRs = cfg.OfFamily(cfg.ClusterCIDRs)
 	e.node.PodSources = len(e.node.PodCIDRs) > 0
@@ -169,7 +169,7 @@ type unsupportedRow struct {
 // packet is the row's first packet, as platform/linux/iptables traceRow makes
 // it: from the client's address, or from the loopback address when node1
 // sends to a loopback address.
-func (e *behaviourEnv) packet(t *testing.T, row proxytest.Row) (nftmodel.Packet, proxytest.Host) {
+func (e *behaviourEnv) packet(t *testing.T, row proxytest.Row) (trace.Packet, proxytest.Host) {
 	t.Helper()
 	from, ok := e.topo.Host(row.From)
 	if !ok {
@@ -179,7 +179,7 @@ func (e *behaviourEnv) packet(t *testing.T, row proxytest.Row) (nftmodel.Packet,
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := nftmodel.Packet{Src: from.Addr(row.Family), Dst: dst.Addr(), Proto: strings.ToLower(string(row.Protocol)),
+	p := trace.Packet{Src: from.Addr(row.Family), Dst: dst.Addr(), Proto: strings.ToLower(string(row.Protocol)),
 		SrcPort: 40000, DstPort: dst.Port(), Local: from.Name == e.topo.ProxyNode}
 	if p.Local && dst.Addr().IsLoopback() {
 		p.Src = dst.Addr()
@@ -193,7 +193,7 @@ func (e *behaviourEnv) packet(t *testing.T, row proxytest.Row) (nftmodel.Packet,
 	return p, from
 }
 
-func (e *behaviourEnv) traceRow(t *testing.T, row proxytest.Row) []nftmodel.Outcome {
+func (e *behaviourEnv) traceRow(t *testing.T, row proxytest.Row) []trace.Outcome {
 	t.Helper()
 	p, _ := e.packet(t, row)
 	outs, err := e.tracer.Trace(e.host, p)
@@ -217,13 +217,13 @@ func (e *behaviourEnv) traceRow(t *testing.T, row proxytest.Row) []nftmodel.Outc
 // handled meets the rest of the topology (the node's stack refuses a
 // connection to a port nothing listens on; an address nobody owns, one
 // kproxy does not capture, is a black hole).
-func experienced(o nftmodel.Outcome) proxytest.Outcome {
+func experienced(o trace.Outcome) proxytest.Outcome {
 	switch o.Verdict {
-	case nftmodel.VerdictDNAT:
+	case trace.VerdictDNAT:
 		return proxytest.Answer
-	case nftmodel.VerdictReject:
+	case trace.VerdictReject:
 		return proxytest.Rejected
-	case nftmodel.VerdictDrop:
+	case trace.VerdictDrop:
 		return proxytest.Dropped
 	}
 	if o.Delivered == "local" {
@@ -235,7 +235,7 @@ func experienced(o nftmodel.Outcome) proxytest.Outcome {
 // checkSticky: the first connection records the client in exactly one
 // affinity set; the next, with the client in that set, reaches the same
 // endpoint, every time.
-func (e *behaviourEnv) checkSticky(t *testing.T, p nftmodel.Packet, first nftmodel.Outcome) {
+func (e *behaviourEnv) checkSticky(t *testing.T, p trace.Packet, first trace.Outcome) {
 	t.Helper()
 	if len(first.AffinitySets) != 1 {
 		t.Errorf("%s: affinity: recorded in %v, want one set; path:%s", p, first.AffinitySets, nfttest.Path(first))
@@ -249,7 +249,7 @@ func (e *behaviourEnv) checkSticky(t *testing.T, p nftmodel.Packet, first nftmod
 		t.Fatal(err)
 	}
 	for _, o := range outs {
-		if o.Verdict != nftmodel.VerdictDNAT || o.Dst != first.Dst || o.Probability != 1 || !slices.Equal(o.AffinitySets, first.AffinitySets) {
+		if o.Verdict != trace.VerdictDNAT || o.Dst != first.Dst || o.Probability != 1 || !slices.Equal(o.AffinitySets, first.AffinitySets) {
 			t.Errorf("%s: affinity: the next connection of a client in %s: %v (sets %v), want %s always, its set refreshed; path:%s",
 				p, first.AffinitySets[0], o, o.AffinitySets, first.Dst, nfttest.Path(o))
 		}
@@ -293,7 +293,7 @@ func (e *behaviourEnv) nodePortDst(a netip.Addr) bool {
 // frontend, source class and address: the same verdict, the same endpoints
 // (each with its share), the same masquerade, a pod reaching itself
 // through the Service (hairpin) masqueraded whatever the route.
-func (e *behaviourEnv) crossCheck(t *testing.T, row proxytest.Row, outs []nftmodel.Outcome) {
+func (e *behaviourEnv) crossCheck(t *testing.T, row proxytest.Row, outs []trace.Outcome) {
 	t.Helper()
 	p, from := e.packet(t, row)
 	dst := netip.AddrPortFrom(p.Dst, p.DstPort)
@@ -309,7 +309,7 @@ func (e *behaviourEnv) crossCheck(t *testing.T, row proxytest.Row, outs []nftmod
 	}
 	if fe == nil {
 		for _, o := range outs {
-			if o.Verdict != nftmodel.VerdictAccept || o.Dst != dst || o.Masquerade {
+			if o.Verdict != trace.VerdictAccept || o.Dst != dst || o.Masquerade {
 				t.Errorf("%s: no frontend in the intent, but %v; path:%s", p, o, nfttest.Path(o))
 			}
 		}
@@ -317,14 +317,14 @@ func (e *behaviourEnv) crossCheck(t *testing.T, row proxytest.Row, outs []nftmod
 	}
 	src := e.sourceOf(from)
 	d := port.Decide(fe, src, p.Src)
-	want := map[intent.Verdict]nftmodel.Verdict{intent.DNAT: nftmodel.VerdictDNAT, intent.Reject: nftmodel.VerdictReject, intent.Drop: nftmodel.VerdictDrop}[d.Verdict]
+	want := map[intent.Verdict]trace.Verdict{intent.DNAT: trace.VerdictDNAT, intent.Reject: trace.VerdictReject, intent.Drop: trace.VerdictDrop}[d.Verdict]
 	share := map[netip.AddrPort]float64{}
 	for _, o := range outs {
 		if o.Verdict != want {
 			t.Errorf("%s: %s from %s (%s): %v, the intent says %s; path:%s", p, fe, from.Name, src, o, d.Verdict, nfttest.Path(o))
 			continue
 		}
-		if want != nftmodel.VerdictDNAT {
+		if want != trace.VerdictDNAT {
 			continue
 		}
 		share[o.Dst] += o.Probability
@@ -333,7 +333,7 @@ func (e *behaviourEnv) crossCheck(t *testing.T, row proxytest.Row, outs []nftmod
 			t.Errorf("%s: %s from %s (%s): masquerade %v, the intent says %v (hairpin %v); path:%s", p, fe, from.Name, src, o.Masquerade, d.Masquerade, hairpin, nfttest.Path(o))
 		}
 	}
-	if want != nftmodel.VerdictDNAT {
+	if want != trace.VerdictDNAT {
 		return
 	}
 	wantShare := map[netip.AddrPort]float64{}
@@ -358,7 +358,7 @@ func (e *behaviourEnv) crossCheck(t *testing.T, row proxytest.Row, outs []nftmod
 
 // checkRow checks the outcomes against the row, as platform/linux/iptables
 // traceRow does for the iptables mode.
-func (e *behaviourEnv) checkRow(t *testing.T, row proxytest.Row, outs []nftmodel.Outcome) {
+func (e *behaviourEnv) checkRow(t *testing.T, row proxytest.Row, outs []trace.Outcome) {
 	t.Helper()
 	p, _ := e.packet(t, row)
 	reached := map[string]bool{}

@@ -1,6 +1,3 @@
-// Package trace holds what the packet tracers of both Linux modes share
-// (the iptables model's and the nftables model's): the kernel's hash of a
-// connection's source into the slots of a source-hash table.
 package trace
 
 import (

@@ -80,7 +80,7 @@ func TestNthFollowsKernel(t *testing.T) {
 	run := func() string {
 		var got []string
 		for range 6 {
-			out, err := rs.Trace(Host{}, Packet{Local: true, Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 1, DstPort: 80})
+			out, err := rs.Trace(trace.Host{}, trace.Packet{Local: true, Src: netip.MustParseAddr("10.1.0.1"), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 1, DstPort: 80})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,8 +15,9 @@
 //   - a tracer: Ruleset.Trace follows one packet through the nat and filter
 //     tables the way netfilter would for the first packet of a connection,
 //     exploring every branch of "-m statistic --mode random" rules with its
-//     probability, and reports each possible outcome: accepted, rejected or
-//     dropped; the destination after DNAT; whether it is masqueraded.
+//     probability, and reports each possible outcome (a trace.Outcome):
+//     DNATed, accepted, rejected or dropped; the destination after DNAT;
+//     whether it is masqueraded.
 //
 // The model understands the subset of iptables that kproxy and upstream
 // kube-proxy use: -s, -d (with prefix or arbitrary dotted/colon masks), -p,

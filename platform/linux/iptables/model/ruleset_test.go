@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kproxy/kproxy/platform/linux/iptables/syntax"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 )
 
 func TestSplit(t *testing.T) {
@@ -255,32 +256,32 @@ COMMIT
 -P FORWARD DROP
 COMMIT
 `)
-	h := Host{LocalAddrs: []netip.Addr{nodeIP}}
+	h := trace.Host{LocalAddrs: []netip.Addr{nodeIP}}
 	tests := []struct {
 		name     string
-		pkt      Packet
+		pkt      trace.Packet
 		wantDst  map[string]float64
 		wantMasq bool
-		verdict  Verdict
+		verdict  trace.Verdict
 	}{
 		{
 			name:    "pod to VIP",
-			pkt:     Packet{Src: podA, Dst: vip, Proto: "tcp", DstPort: 80},
+			pkt:     trace.Packet{Src: podA, Dst: vip, Proto: "tcp", DstPort: 80},
 			wantDst: map[string]float64{"10.244.1.5:8080": 0.25, "10.244.2.5:8080": 0.75},
-			verdict: Accept,
+			verdict: trace.VerdictDNAT,
 		},
 		{
 			name:     "node to VIP is masqueraded",
-			pkt:      Packet{Src: nodeIP, Dst: vip, Proto: "tcp", DstPort: 80, Local: true},
+			pkt:      trace.Packet{Src: nodeIP, Dst: vip, Proto: "tcp", DstPort: 80, Local: true},
 			wantDst:  map[string]float64{"10.244.1.5:8080": 0.25, "10.244.2.5:8080": 0.75},
 			wantMasq: true,
-			verdict:  Accept,
+			verdict:  trace.VerdictDNAT,
 		},
 		{
 			name:    "other port is not NATed and the FORWARD policy drops it",
-			pkt:     Packet{Src: podA, Dst: vip, Proto: "tcp", DstPort: 81},
+			pkt:     trace.Packet{Src: podA, Dst: vip, Proto: "tcp", DstPort: 81},
 			wantDst: map[string]float64{"10.96.0.10:81": 1},
-			verdict: Drop,
+			verdict: trace.VerdictDrop,
 		},
 	}
 	for _, tc := range tests {
@@ -322,15 +323,15 @@ func TestTraceGotoRecentAndLoops(t *testing.T) {
 -A L1 -j L2
 COMMIT
 `)
-	p := Packet{Src: podA, Dst: vip, Proto: "tcp", DstPort: 80}
-	out, err := rs.Trace(Host{}, p)
+	p := trace.Packet{Src: podA, Dst: vip, Proto: "tcp", DstPort: 80}
+	out, err := rs.Trace(trace.Host{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 1 || out[0].Dst.String() != "10.0.0.1:80" || !reflect.DeepEqual(out[0].RecentSet, []string{"AFF"}) {
+	if len(out) != 1 || out[0].Dst.String() != "10.0.0.1:80" || !reflect.DeepEqual(out[0].AffinitySets, []string{"AFF"}) {
 		t.Errorf("fresh client: %+v", out)
 	}
-	out, err = rs.Trace(Host{Recent: map[string][]netip.Addr{"AFF": {podA}}}, p)
+	out, err = rs.Trace(trace.Host{AffinityHit: map[string]bool{"AFF": true}}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ COMMIT
 	if err := rs.Insert("nat", "PREROUTING", 1, "-j", "L1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.Trace(Host{}, p); err == nil || !strings.Contains(err.Error(), "loop") {
+	if _, err := rs.Trace(trace.Host{}, p); err == nil || !strings.Contains(err.Error(), "loop") {
 		t.Errorf("loop trace error = %v", err)
 	}
 }

@@ -2,182 +2,49 @@ package model
 
 import (
 	"fmt"
-	"net/netip"
-	"slices"
 	"sort"
 	"strings"
+
+	"github.com/kproxy/kproxy/platform/linux/trace"
 )
-
-// Packet is the first packet of a new connection, as the tracer sees it.
-type Packet struct {
-	Src, Dst netip.Addr
-	// Proto is "tcp", "udp" or "sctp".
-	Proto            string
-	SrcPort, DstPort uint16
-	// Local is true for a packet sent by a process on this host (it
-	// traverses OUTPUT), false for one arriving on an interface (PREROUTING).
-	Local bool
-	// InIface and OutIface name the interfaces for -i/-o matches (optional).
-	InIface, OutIface string
-}
-
-// String renders the packet for messages.
-func (p Packet) String() string {
-	where := "arriving"
-	if p.Local {
-		where = "local"
-	}
-	return fmt.Sprintf("%s %s %s -> %s", where, p.Proto,
-		netip.AddrPortFrom(p.Src, p.SrcPort), netip.AddrPortFrom(p.Dst, p.DstPort))
-}
-
-// Host holds the facts about the host that rules can match on.
-type Host struct {
-	// LocalAddrs are the addresses assigned to the host's interfaces
-	// (-m addrtype LOCAL). Loopback addresses are always local.
-	LocalAddrs []netip.Addr
-	// Recent holds, per "-m recent" list name, the source addresses in the
-	// list (the model ignores timeouts).
-	Recent map[string][]netip.Addr
-}
-
-func (h Host) isLocal(a netip.Addr) bool {
-	return a.IsLoopback() || slices.Contains(h.LocalAddrs, a)
-}
-
-// Verdict is the fate of a traced packet.
-type Verdict string
-
-// Verdicts.
-const (
-	Accept Verdict = "accept"
-	Reject Verdict = "reject"
-	Drop   Verdict = "drop"
-)
-
-// Outcome is one possible fate of a traced packet.
-type Outcome struct {
-	// Probability of this outcome, from statistic rules (1 when there are none).
-	Probability float64
-	Verdict     Verdict
-	// Dst is the destination after DNAT (the original one when not DNATed).
-	Dst netip.AddrPort
-	// DNAT tells whether the destination was rewritten.
-	DNAT bool
-	// Masquerade tells whether the source is masqueraded (or SNATed) in nat
-	// POSTROUTING (never for an arriving packet delivered locally).
-	Masquerade bool
-	// Delivered is "local" (INPUT) or "forward" (FORWARD) or "out" (a local
-	// packet to a remote destination).
-	Delivered string
-	// Mark is the packet mark after all tables.
-	Mark uint32
-	// RecentSet lists the recent lists the source was added to.
-	RecentSet []string
-	// Path lists the chains traversed, "table/chain", in order.
-	Path []string
-	// Steps lists, in order, every rule whose target was taken (a jump, a
-	// verdict, a mark, a NAT).
-	Steps []Step
-}
-
-// Step is one rule a traced packet matched and whose target it took.
-type Step struct {
-	Table, Chain string
-	// Rule is the rule's position in its chain, from 1.
-	Rule int
-	// Spec is the rule's text after "-A CHAIN ".
-	Spec string
-	// Target is the rule's target (a built-in target or a chain).
-	Target string
-}
-
-// String renders an outcome for messages.
-func (o Outcome) String() string {
-	s := fmt.Sprintf("%.3f %s %s", o.Probability, o.Verdict, o.Dst)
-	if o.Masquerade {
-		s += " masq"
-	}
-	return s
-}
-
-// state is one branch of a trace.
-type state struct {
-	pkt       Packet
-	prob      float64
-	mark      uint32
-	dnat      bool
-	dstPort   uint16
-	masq      bool
-	recentSet []string
-	path      []string
-	steps     []Step
-}
-
-func (s state) clone() state {
-	s.recentSet = slices.Clone(s.recentSet)
-	s.path = slices.Clone(s.path)
-	s.steps = slices.Clone(s.steps)
-	return s
-}
-
-// terminal verdicts inside one table walk.
-const (
-	vNone   = ""
-	vAccept = "ACCEPT"
-	vDrop   = "DROP"
-	vReject = "REJECT"
-)
-
-type branch struct {
-	st      state
-	verdict string
-}
-
-const maxDepth = 64
 
 // Trace follows p through the nat and filter tables and returns every
-// possible outcome with its probability, in a deterministic order. It errors
-// on a jump loop, a jump to a missing chain or a rule the model cannot
+// possible outcome with its probability, in a deterministic order (by
+// verdict, a DNAT counting as an accept, then by destination). It errors on
+// a jump loop, a jump to a missing chain or a rule the model cannot
 // evaluate.
-func (rs *Ruleset) Trace(h Host, p Packet) ([]Outcome, error) {
-	start := state{pkt: p, prob: 1, dstPort: p.DstPort}
+func (rs *Ruleset) Trace(h trace.Host, p trace.Packet) ([]trace.Outcome, error) {
+	start := trace.NewState(trace.Host{}, p)
 	natHook := "PREROUTING"
 	if p.Local {
 		natHook = "OUTPUT"
 	}
-	var out []Outcome
+	var out []trace.Outcome
 	natRes, err := rs.walkHook(h, "nat", natHook, start)
 	if err != nil {
 		return nil, err
 	}
 	for _, nb := range natRes {
-		local := h.isLocal(nb.st.pkt.Dst)
-		// The stages after the nat hook, in netfilter order.
+		// The stages after the nat hook, in netfilter order: the rest of
+		// hook output (its filter chain) for a packet the node sends, then
+		// the hooks after the routing decision.
+		delivered, hooks := trace.Route(h, p, nb.St.Dst)
 		var stages [][2]string
-		delivered := "forward"
-		switch {
-		case p.Local && local:
-			stages = [][2]string{{"filter", "OUTPUT"}, {"nat", "POSTROUTING"}, {"filter", "INPUT"}}
-			delivered = "local"
-		case p.Local:
-			stages = [][2]string{{"filter", "OUTPUT"}, {"nat", "POSTROUTING"}}
-			delivered = "out"
-		case local:
-			stages = [][2]string{{"filter", "INPUT"}}
-			delivered = "local"
-		default:
-			stages = [][2]string{{"filter", "FORWARD"}, {"nat", "POSTROUTING"}}
+		if p.Local {
+			stages = append(stages, [2]string{"filter", "OUTPUT"})
 		}
-		cur := []branch{{st: nb.st}}
+		for _, hk := range hooks {
+			stages = append(stages, hookStage[hk])
+		}
+		cur := []trace.Branch{{St: nb.St}}
 		for _, stage := range stages {
-			var next []branch
+			var next []trace.Branch
 			for _, b := range cur {
-				if b.verdict == vDrop || b.verdict == vReject {
+				if b.End.Final() {
 					next = append(next, b)
 					continue
 				}
-				res, err := rs.walkHook(h, stage[0], stage[1], b.st)
+				res, err := rs.walkHook(h, stage[0], stage[1], b.St)
 				if err != nil {
 					return nil, err
 				}
@@ -186,64 +53,72 @@ func (rs *Ruleset) Trace(h Host, p Packet) ([]Outcome, error) {
 			cur = next
 		}
 		for _, b := range cur {
-			v := Accept
-			switch b.verdict {
-			case vDrop:
-				v = Drop
-			case vReject:
-				v = Reject
-			}
-			out = append(out, Outcome{
-				Probability: b.st.prob, Verdict: v,
-				Dst: netip.AddrPortFrom(b.st.pkt.Dst, b.st.dstPort), DNAT: b.st.dnat,
-				Masquerade: b.st.masq, Delivered: delivered,
-				Mark: b.st.mark, RecentSet: b.st.recentSet, Path: b.st.path, Steps: b.st.steps,
-			})
+			out = append(out, b.Outcome(delivered))
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Verdict != out[j].Verdict {
-			return out[i].Verdict < out[j].Verdict
+		if ri, rj := verdictRank(out[i].Verdict), verdictRank(out[j].Verdict); ri != rj {
+			return ri < rj
 		}
 		return out[i].Dst.String() < out[j].Dst.String()
 	})
 	return out, nil
 }
 
+// hookStage is the table and built-in chain of a hook after the routing
+// decision.
+var hookStage = map[string][2]string{
+	"forward":     {"filter", "FORWARD"},
+	"postrouting": {"nat", "POSTROUTING"},
+	"input":       {"filter", "INPUT"},
+}
+
+// verdictRank orders outcomes: accepted (DNATed or not), dropped, rejected.
+func verdictRank(v trace.Verdict) int {
+	switch v {
+	case trace.VerdictDrop:
+		return 1
+	case trace.VerdictReject:
+		return 2
+	}
+	return 0
+}
+
 // walkHook evaluates a built-in chain and applies its policy.
-func (rs *Ruleset) walkHook(h Host, table, chain string, st state) ([]branch, error) {
+func (rs *Ruleset) walkHook(h trace.Host, table, chain string, st trace.State) ([]trace.Branch, error) {
 	t := rs.tables[table]
 	c := t.chains[chain]
+	st.Hook = strings.ToLower(chain)
 	res, err := rs.walk(h, t, c, st, 0)
 	if err != nil {
 		return nil, err
 	}
 	for i := range res {
-		if res[i].verdict == vNone && c.Policy == "DROP" {
-			res[i].verdict = vDrop
+		if res[i].End == trace.EndNone && c.Policy == "DROP" {
+			res[i].End = trace.EndDrop
 		}
 	}
 	return res, nil
 }
 
-// walk evaluates chain c from its first rule. A branch whose verdict is vNone
+// walk evaluates chain c from its first rule. A branch whose End is EndNone
 // fell off the end or returned.
-func (rs *Ruleset) walk(h Host, t *Table, c *Chain, st state, depth int) ([]branch, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("jump depth over %d at %s/%s (loop?)", maxDepth, t.Name, c.Name)
+func (rs *Ruleset) walk(h trace.Host, t *Table, c *Chain, st trace.State, depth int) ([]trace.Branch, error) {
+	if err := trace.CheckDepth(depth, t.Name+"/"+c.Name); err != nil {
+		return nil, err
 	}
-	st.path = append(st.path, t.Name+"/"+c.Name)
+	st.Path = append(st.Path, t.Name+"/"+c.Name)
 	return rs.walkFrom(h, t, c, 0, st, depth)
 }
 
 // walkFrom evaluates chain c from rule index from: the rule splits the
 // state into the part it matches (its target is taken) and the part it does
 // not (the next rules see it, recursively).
-func (rs *Ruleset) walkFrom(h Host, t *Table, c *Chain, from int, st state, depth int) ([]branch, error) {
+func (rs *Ruleset) walkFrom(h trace.Host, t *Table, c *Chain, from int, st trace.State, depth int) ([]trace.Branch, error) {
 	if from >= len(c.Rules) {
-		return []branch{{st: st}}, nil // fell off the end
+		return []trace.Branch{{St: st}}, nil // fell off the end
 	}
-	if st.prob == 0 {
+	if st.Prob == 0 {
 		return nil, nil
 	}
 	i, r := from, c.Rules[from]
@@ -251,7 +126,7 @@ func (rs *Ruleset) walkFrom(h Host, t *Table, c *Chain, from int, st state, dept
 	if err != nil {
 		return nil, fmt.Errorf("%s/%s rule %d (%s): %w", t.Name, c.Name, i+1, r.Spec, err)
 	}
-	var out []branch
+	var out []trace.Branch
 	if no != nil {
 		rest, err := rs.walkFrom(h, t, c, i+1, *no, depth)
 		if err != nil {
@@ -270,34 +145,34 @@ func (rs *Ruleset) walkFrom(h Host, t *Table, c *Chain, from int, st state, dept
 }
 
 // take applies r's target to st and continues as netfilter would.
-func (rs *Ruleset) take(h Host, t *Table, c *Chain, i int, r *Rule, st state, depth int) ([]branch, error) {
+func (rs *Ruleset) take(h trace.Host, t *Table, c *Chain, i int, r *Rule, st trace.State, depth int) ([]trace.Branch, error) {
 	tg := r.target
 	if tg.name != "" {
-		st.steps = append(slices.Clip(st.steps), Step{Table: t.Name, Chain: c.Name, Rule: i + 1, Spec: r.Spec, Target: tg.name})
+		st.AddStep(trace.Step{Table: t.Name, Chain: c.Name, Rule: i + 1, Spec: r.Spec, Target: tg.name})
 	}
 	switch tg.name {
 	case "":
 		return rs.walkFrom(h, t, c, i+1, st, depth)
 	case "ACCEPT":
-		return []branch{{st: st, verdict: vAccept}}, nil
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 	case "DROP":
-		return []branch{{st: st, verdict: vDrop}}, nil
+		return []trace.Branch{{St: st, End: trace.EndDrop}}, nil
 	case "REJECT":
-		return []branch{{st: st, verdict: vReject}}, nil
+		return []trace.Branch{{St: st, End: trace.EndReject}}, nil
 	case "RETURN":
-		return []branch{{st: st}}, nil
+		return []trace.Branch{{St: st}}, nil
 	case "DNAT":
-		st.pkt.Dst = tg.toAddr
+		st.Dst = tg.toAddr
 		if tg.toPort != 0 {
-			st.dstPort = tg.toPort
+			st.DstPort = tg.toPort
 		}
-		st.dnat = true
-		return []branch{{st: st, verdict: vAccept}}, nil
+		st.DNAT = true
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 	case "SNAT", "MASQUERADE":
-		st.masq = true
-		return []branch{{st: st, verdict: vAccept}}, nil
+		st.Masq = true
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 	case "MARK":
-		st.mark = (st.mark &^ tg.markMask) ^ tg.markValue
+		st.Mark = (st.Mark &^ tg.markMask) ^ tg.markValue
 		return rs.walkFrom(h, t, c, i+1, st, depth)
 	case "LOG", "CONNMARK":
 		return rs.walkFrom(h, t, c, i+1, st, depth)
@@ -314,13 +189,13 @@ func (rs *Ruleset) take(h Host, t *Table, c *Chain, i int, r *Rule, st state, de
 		// A goto never comes back here: a RETURN in sub returns to our caller.
 		return res, nil
 	}
-	var out []branch
+	var out []trace.Branch
 	for _, b := range res {
-		if b.verdict != vNone {
+		if b.End != trace.EndNone {
 			out = append(out, b)
 			continue
 		}
-		rest, err := rs.walkFrom(h, t, c, i+1, b.st, depth)
+		rest, err := rs.walkFrom(h, t, c, i+1, b.St, depth)
 		if err != nil {
 			return nil, err
 		}
@@ -331,9 +206,9 @@ func (rs *Ruleset) take(h Host, t *Table, c *Chain, i int, r *Rule, st state, de
 
 // evaluate returns the state when the rule matches (yes) and when it does not
 // (no); either may be nil. Only statistic matches split a state in two.
-func (r *Rule) evaluate(h Host, st state) (yes, no *state, err error) {
-	p := st.pkt
-	if !r.src.matches(p.Src) || !r.dst.matches(p.Dst) {
+func (r *Rule) evaluate(h trace.Host, st trace.State) (yes, no *trace.State, err error) {
+	p := st.Pkt
+	if !r.src.matches(p.Src) || !r.dst.matches(st.Dst) {
 		return nil, &st, nil
 	}
 	if r.proto != "" && r.proto != "all" && (r.proto == p.Proto) == r.protoNeg {
@@ -345,30 +220,30 @@ func (r *Rule) evaluate(h Host, st state) (yes, no *state, err error) {
 	if r.outIface != "" && (r.outIface == p.OutIface) == r.outNeg {
 		return nil, &st, nil
 	}
-	y := st.clone()
-	var split *state // the non-matching share of a statistic match
+	y := st.Clone()
+	var split *trace.State // the non-matching share of a statistic match
 	for _, m := range r.matches {
 		ok := true
 		switch m.module {
 		case "comment":
 		case "tcp", "udp", "sctp", "multiport":
 			if m.dports != nil {
-				ok = ok && anyPort(m.dports, st.dstPort) != m.neg["dport"]
+				ok = ok && anyPort(m.dports, st.DstPort) != m.neg["dport"]
 			}
 			if m.sports != nil {
 				ok = ok && anyPort(m.sports, p.SrcPort) != m.neg["sport"]
 			}
 		case "addrtype":
 			if m.srcType != "" {
-				ok = ok && h.isLocal(p.Src) != m.neg["--src-type"]
+				ok = ok && h.IsLocal(p.Src) != m.neg["--src-type"]
 			}
 			if m.dstType != "" {
-				ok = ok && h.isLocal(p.Dst) != m.neg["--dst-type"]
+				ok = ok && h.IsLocal(st.Dst) != m.neg["--dst-type"]
 			}
 		case "mark":
-			ok = (st.mark&m.markMask == m.mark) != m.neg["--mark"]
+			ok = (st.Mark&m.markMask == m.mark) != m.neg["--mark"]
 		case "conntrack":
-			ok = hasState(m.states, st.dnat, st.masq) != m.neg["--ctstate"]
+			ok = hasState(m.states, st.DNAT, st.Masq) != m.neg["--ctstate"]
 		case "statistic":
 			if m.nth {
 				ok = m.nthMatch() != m.neg["--every"]
@@ -377,21 +252,21 @@ func (r *Rule) evaluate(h Host, st state) (yes, no *state, err error) {
 			if split != nil {
 				return nil, nil, fmt.Errorf("more than one statistic match")
 			}
-			s := y.clone()
-			s.prob = y.prob * (1 - m.probability)
-			y.prob *= m.probability
+			s := y.Clone()
+			s.Prob = y.Prob * (1 - m.probability)
+			y.Prob *= m.probability
 			split = &s
-			if s.prob == 0 {
+			if s.Prob == 0 {
 				split = nil
 			}
-			ok = y.prob > 0
+			ok = y.Prob > 0
 		case "cluster":
 			ok = m.clusterMatch(p.Src) != m.neg["--cluster-local-nodemask"] != m.neg["--cluster-local-node"]
 		case "recent":
-			in := slices.Contains(h.Recent[m.recentName], p.Src)
+			in := h.AffinityHit[m.recentName]
 			switch m.recentMode {
 			case "set":
-				y.recentSet = append(y.recentSet, m.recentName)
+				y.AddAffinity(m.recentName)
 			case "update", "rcheck":
 				ok = in != m.neg["--"+m.recentMode]
 			default:
@@ -408,8 +283,8 @@ func (r *Rule) evaluate(h Host, st state) (yes, no *state, err error) {
 	if split != nil {
 		// The statistic match only decides whether the rule applies: the
 		// non-matching share continues with the original state.
-		rest := st.clone()
-		rest.prob = split.prob
+		rest := st.Clone()
+		rest.Prob = split.Prob
 		return &y, &rest, nil
 	}
 	return &y, nil, nil

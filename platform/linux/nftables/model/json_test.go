@@ -17,6 +17,7 @@ import (
 	"time"
 
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 
 	"github.com/kproxy/kproxy/platform/linux/nftables/nfttest"
 
@@ -222,7 +223,7 @@ func compareTraces(t *testing.T, fa famAddrs, tc traceConfig, want, got *nftmode
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := nftmodel.Host{LocalAddrs: []netip.Addr{fa.node, fa.loopback}}
+	h := trace.Host{LocalAddrs: []netip.Addr{fa.node, fa.loopback}}
 	n := 0
 	for _, s := range want.Sets[nftables.MapFrontends].Elements {
 		dst, _ := netip.ParseAddr(s.Key[0])
@@ -232,7 +233,7 @@ func compareTraces(t *testing.T, fa famAddrs, tc traceConfig, want, got *nftmode
 		if dport == 0 {
 			continue
 		}
-		for _, src := range []nftmodel.Packet{{Src: fa.pod, InIface: tc.iface}, {Src: fa.outside, InIface: "eth0"}, {Src: fa.inRange, InIface: "eth0"}, {Src: fa.node, Local: true}} {
+		for _, src := range []trace.Packet{{Src: fa.pod, InIface: tc.iface}, {Src: fa.outside, InIface: "eth0"}, {Src: fa.inRange, InIface: "eth0"}, {Src: fa.node, Local: true}} {
 			p := src
 			p.Dst, p.DstPort, p.Proto, p.SrcPort = dst, dport, s.Key[1], 40000
 			ow, err := tw.Trace(h, p)
@@ -243,7 +244,7 @@ func compareTraces(t *testing.T, fa famAddrs, tc traceConfig, want, got *nftmode
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.EqualFunc(ow, og, func(a, b nftmodel.Outcome) bool {
+			if !slices.EqualFunc(ow, og, func(a, b trace.Outcome) bool {
 				return a.Verdict == b.Verdict && a.Dst == b.Dst && a.Masquerade == b.Masquerade && a.Probability == b.Probability
 			}) {
 				t.Errorf("%s: read back %v, rendered %v", p, og, ow)
@@ -312,11 +313,11 @@ func TestParseJSONRefusesForeignShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []string{"10.0.0.3", "192.168.1.1"} {
-		outs, err := tr.Trace(nftmodel.Host{}, nftmodel.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 1, DstPort: 80, InIface: "eth0"})
+		outs, err := tr.Trace(trace.Host{}, trace.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr("10.96.0.1"), Proto: "tcp", SrcPort: 1, DstPort: 80, InIface: "eth0"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(outs) != 1 || outs[0].Verdict != nftmodel.VerdictUnknown {
+		if len(outs) != 1 || outs[0].Verdict != trace.VerdictUnknown {
 			t.Errorf("from %s: %v, want one outcome not simulated (the first rule is opaque)", src, outs)
 		}
 	}

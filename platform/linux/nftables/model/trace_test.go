@@ -302,7 +302,7 @@ func traceEverything(t *testing.T, tr *nftmodel.Tracer, fa famAddrs, tc traceCon
 			affSets = append(affSets, n)
 		}
 	}
-	hosts := []nftmodel.Host{
+	hosts := []trace.Host{
 		{LocalAddrs: local},
 		{LocalAddrs: local, AffinityHit: map[string]bool{}},
 		{LocalAddrs: local, Counters: map[string]uint32{}},
@@ -318,16 +318,16 @@ func traceEverything(t *testing.T, tr *nftmodel.Tracer, fa famAddrs, tc traceCon
 				dsts = []netip.Addr{fa.node, fa.loopback}
 			}
 			for _, dst := range dsts {
-				pkts := []nftmodel.Packet{
+				pkts := []trace.Packet{
 					{Src: fa.pod, InIface: tc.iface},
 					{Src: fa.outside, InIface: "eth0"},
 					{Src: fa.node, Local: true},
 				}
 				if len(fe.SourceRanges) > 0 {
-					pkts = append(pkts, nftmodel.Packet{Src: fa.inRange, InIface: "eth0"})
+					pkts = append(pkts, trace.Packet{Src: fa.inRange, InIface: "eth0"})
 				}
 				for _, ep := range p.Local {
-					pkts = append(pkts, nftmodel.Packet{Src: ep.IP, InIface: tc.iface})
+					pkts = append(pkts, trace.Packet{Src: ep.IP, InIface: tc.iface})
 				}
 				for _, pkt := range pkts {
 					pkt.Dst, pkt.DstPort, pkt.Proto, pkt.SrcPort = dst, uint16(fe.Port), proto(p), 40000
@@ -353,7 +353,7 @@ func traceEverything(t *testing.T, tr *nftmodel.Tracer, fa famAddrs, tc traceCon
 	}
 	// Nothing handles these: a port nothing listens on, delivered locally
 	// (the filter input chain) and routed away.
-	for _, pkt := range []nftmodel.Packet{
+	for _, pkt := range []trace.Packet{
 		{Src: fa.outside, Dst: fa.node, Proto: "tcp", SrcPort: 1, DstPort: 22, InIface: "eth0"},
 		{Src: fa.outside, Dst: fa.addr(0, 999), Proto: "udp", SrcPort: 1, DstPort: 53, InIface: "eth0"},
 		{Src: fa.node, Dst: fa.node, Proto: "tcp", SrcPort: 1, DstPort: 22, Local: true},
@@ -362,13 +362,13 @@ func traceEverything(t *testing.T, tr *nftmodel.Tracer, fa famAddrs, tc traceCon
 		if err != nil {
 			t.Fatalf("%s: %v", pkt, err)
 		}
-		if len(outs) != 1 || outs[0].Verdict != nftmodel.VerdictAccept {
+		if len(outs) != 1 || outs[0].Verdict != trace.VerdictAccept {
 			t.Errorf("%s: %v, want one ACCEPT (not handled)", pkt, outs)
 		}
 	}
 }
 
-func checkProbabilities(t *testing.T, p nftmodel.Packet, outs []nftmodel.Outcome) {
+func checkProbabilities(t *testing.T, p trace.Packet, outs []trace.Outcome) {
 	t.Helper()
 	sum := 0.0
 	for _, o := range outs {
@@ -420,15 +420,15 @@ func simplePort(name string, cip string, alg proxy.Algorithm, eps ...string) *pr
 func TestTraceRoundRobin(t *testing.T) {
 	eps := []string{"10.244.1.1", "10.244.1.2", "10.244.2.3"}
 	tr, _ := traceTable(t, v1.IPv4Protocol, nfttest.Config(), nfttest.Node, simplePort("rr", "10.96.0.10", proxy.AlgorithmRoundRobin, eps...))
-	h := nftmodel.Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("192.168.50.10")}}
-	pkt := nftmodel.Packet{Src: netip.MustParseAddr("10.244.1.50"), Dst: netip.MustParseAddr("10.96.0.10"), Proto: "tcp", SrcPort: 1000, DstPort: 80, InIface: "eth1"}
+	h := trace.Host{LocalAddrs: []netip.Addr{netip.MustParseAddr("192.168.50.10")}}
+	pkt := trace.Packet{Src: netip.MustParseAddr("10.244.1.50"), Dst: netip.MustParseAddr("10.96.0.10"), Proto: "tcp", SrcPort: 1000, DstPort: 80, InIface: "eth1"}
 	seq, err := tr.TraceSequence(h, pkt, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, outs := range seq {
-		if len(outs) != 1 || outs[0].Verdict != nftmodel.VerdictDNAT || outs[0].Probability != 1 {
+		if len(outs) != 1 || outs[0].Verdict != trace.VerdictDNAT || outs[0].Probability != 1 {
 			t.Fatalf("%v, want one DNAT", outs)
 		}
 		got = append(got, outs[0].Dst.Addr().String())
@@ -537,7 +537,7 @@ func TestTraceSourceHash(t *testing.T) {
 		sp := simplePort("sh", fa.addr(0, 7).String(), proxy.AlgorithmSourceHash, eps...)
 		tr, _ := traceTable(t, fam, cfg, node, sp)
 		table := proxy.SourceHashTable(sp.ClusterEndpoints)
-		h := nftmodel.Host{LocalAddrs: []netip.Addr{fa.node}}
+		h := trace.Host{LocalAddrs: []netip.Addr{fa.node}}
 		for range 200 {
 			b := fa.outside.AsSlice()
 			for i := len(b) / 2; i < len(b); i++ {
@@ -551,11 +551,11 @@ func TestTraceSourceHash(t *testing.T) {
 			}
 			want := sp.ClusterEndpoints[table[slot]].AddrPort()
 			for _, dst := range []netip.AddrPort{netip.AddrPortFrom(sp.ClusterIP, 80), netip.AddrPortFrom(fa.node, 30080)} {
-				outs, err := tr.Trace(h, nftmodel.Packet{Src: src, Dst: dst.Addr(), Proto: "tcp", SrcPort: 1, DstPort: dst.Port(), InIface: "eth0"})
+				outs, err := tr.Trace(h, trace.Packet{Src: src, Dst: dst.Addr(), Proto: "tcp", SrcPort: 1, DstPort: dst.Port(), InIface: "eth0"})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(outs) != 1 || outs[0].Verdict != nftmodel.VerdictDNAT || outs[0].Dst != want {
+				if len(outs) != 1 || outs[0].Verdict != trace.VerdictDNAT || outs[0].Dst != want {
 					t.Errorf("%s -> %s: %v, want DNAT to %s (slot %d)", src, dst, outs, want, slot)
 				}
 			}
@@ -573,18 +573,18 @@ func TestTraceMissingSlotFallsThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := tr.Trace(nftmodel.Host{}, nftmodel.Packet{Src: netip.MustParseAddr("10.244.1.9"), Dst: netip.MustParseAddr("10.96.0.10"), Proto: "tcp", SrcPort: 1, DstPort: 80, InIface: "eth1"})
+	outs, err := tr.Trace(trace.Host{}, trace.Packet{Src: netip.MustParseAddr("10.244.1.9"), Dst: netip.MustParseAddr("10.96.0.10"), Proto: "tcp", SrcPort: 1, DstPort: 80, InIface: "eth1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 2 || outs[0].Verdict != nftmodel.VerdictAccept && outs[1].Verdict != nftmodel.VerdictAccept {
+	if len(outs) != 2 || outs[0].Verdict != trace.VerdictAccept && outs[1].Verdict != trace.VerdictAccept {
 		t.Fatalf("%v, want a DNAT and a not handled outcome", outs)
 	}
 	for _, o := range outs {
 		if o.Probability != 0.5 {
 			t.Errorf("%v: want p 0.5", o)
 		}
-		if o.Verdict == nftmodel.VerdictAccept && !strings.Contains(strings.Join(o.Path, "\n"), "10.96.0.10 . 80 . 1 not in @cluster-ip-tcp") {
+		if o.Verdict == trace.VerdictAccept && !strings.Contains(strings.Join(o.Path, "\n"), "10.96.0.10 . 80 . 1 not in @cluster-ip-tcp") {
 			t.Errorf("path does not tell the missing slot:\n%s", strings.Join(o.Path, "\n"))
 		}
 	}
@@ -596,11 +596,11 @@ func TestTraceMissingSlotFallsThrough(t *testing.T) {
 func TestTraceLocalDelivery(t *testing.T) {
 	node := netip.MustParseAddr("192.168.50.10")
 	tr, _ := traceTable(t, v1.IPv4Protocol, nfttest.Config(), nfttest.Node, simplePort("host", "10.96.0.10", "", node.String()))
-	outs, err := tr.Trace(nftmodel.Host{LocalAddrs: []netip.Addr{node}}, nftmodel.Packet{Src: netip.MustParseAddr("203.0.113.1"), Dst: node, Proto: "tcp", SrcPort: 1, DstPort: 30080, InIface: "eth0"})
+	outs, err := tr.Trace(trace.Host{LocalAddrs: []netip.Addr{node}}, trace.Packet{Src: netip.MustParseAddr("203.0.113.1"), Dst: node, Proto: "tcp", SrcPort: 1, DstPort: 30080, InIface: "eth0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 1 || outs[0].Verdict != nftmodel.VerdictDNAT || outs[0].Delivered != "local" || outs[0].Masquerade || outs[0].Mark == 0 {
+	if len(outs) != 1 || outs[0].Verdict != trace.VerdictDNAT || outs[0].Delivered != "local" || outs[0].Masquerade || outs[0].Mark == 0 {
 		t.Errorf("%v (mark %#x), want DNAT delivered locally, marked but not masqueraded", outs, outs[0].Mark)
 	}
 }
@@ -644,7 +644,7 @@ func TestTracerRefusesUnknownSyntax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Trace(nftmodel.Host{}, nftmodel.Packet{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), Proto: "tcp", DstPort: 80}); err == nil {
+	if _, err := tr.Trace(trace.Host{}, trace.Packet{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), Proto: "tcp", DstPort: 80}); err == nil {
 		t.Errorf("an IPv6 packet in an ip table: no error")
 	}
 	if _, err := nftmodel.NewTracer(knftables.IPv6Family, m); err == nil {
@@ -660,12 +660,12 @@ func TestTraceCountersIndependentOfPaths(t *testing.T) {
 	b := simplePort("b", "10.96.0.11", proxy.AlgorithmRoundRobin, "10.244.2.1", "10.244.2.2")
 	b.NodePort = 30081
 	tr, _ := traceTable(t, v1.IPv4Protocol, nfttest.Config(), nfttest.Node, a, b)
-	h := nftmodel.Host{Counters: map[string]uint32{}}
-	pa := nftmodel.Packet{Src: netip.MustParseAddr("10.244.1.50"), Dst: a.ClusterIP, Proto: "tcp", SrcPort: 1, DstPort: 80, InIface: "eth1"}
+	h := trace.Host{Counters: map[string]uint32{}}
+	pa := trace.Packet{Src: netip.MustParseAddr("10.244.1.50"), Dst: a.ClusterIP, Proto: "tcp", SrcPort: 1, DstPort: 80, InIface: "eth1"}
 	pb := pa
 	pb.Dst = b.ClusterIP
 	var got []string
-	for _, p := range []nftmodel.Packet{pa, pb, pb, pb, pa} {
+	for _, p := range []trace.Packet{pa, pb, pb, pb, pa} {
 		outs, err := tr.Trace(h, p)
 		if err != nil {
 			t.Fatal(err)
@@ -698,7 +698,7 @@ func TestTraceAgreesWithIntent(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				h := nftmodel.Host{LocalAddrs: []netip.Addr{fa.node, fa.loopback}}
+				h := trace.Host{LocalAddrs: []netip.Addr{fa.node, fa.loopback}}
 				outside := intent.FromOutside
 				podClass := outside
 				if tc.node.PodSources {
@@ -715,18 +715,18 @@ func TestTraceAgreesWithIntent(t *testing.T) {
 							}
 						}
 						type client struct {
-							pkt   nftmodel.Packet
+							pkt   trace.Packet
 							class intent.Source
 						}
 						for _, dst := range dsts {
 							clients := []client{
-								{nftmodel.Packet{Src: fa.pod, InIface: tc.iface}, podClass},
-								{nftmodel.Packet{Src: fa.outside, InIface: "eth0"}, outside},
-								{nftmodel.Packet{Src: fa.inRange, InIface: "eth0"}, outside},
-								{nftmodel.Packet{Src: fa.node, Local: true}, intent.FromNode},
+								{trace.Packet{Src: fa.pod, InIface: tc.iface}, podClass},
+								{trace.Packet{Src: fa.outside, InIface: "eth0"}, outside},
+								{trace.Packet{Src: fa.inRange, InIface: "eth0"}, outside},
+								{trace.Packet{Src: fa.node, Local: true}, intent.FromNode},
 							}
 							for _, ep := range p.Local {
-								clients = append(clients, client{nftmodel.Packet{Src: ep.IP, InIface: tc.iface}, podClass})
+								clients = append(clients, client{trace.Packet{Src: ep.IP, InIface: tc.iface}, podClass})
 							}
 							for _, c := range clients {
 								pkt := c.pkt
@@ -752,17 +752,17 @@ func TestTraceAgreesWithIntent(t *testing.T) {
 }
 
 // agree checks a trace against the intent's decision.
-func agree(t *testing.T, p *intent.Port, fe *intent.Frontend, class intent.Source, pkt nftmodel.Packet, outs []nftmodel.Outcome) {
+func agree(t *testing.T, p *intent.Port, fe *intent.Frontend, class intent.Source, pkt trace.Packet, outs []trace.Outcome) {
 	t.Helper()
 	d := p.Decide(fe, class, pkt.Src)
-	want := map[intent.Verdict]nftmodel.Verdict{intent.DNAT: nftmodel.VerdictDNAT, intent.Reject: nftmodel.VerdictReject, intent.Drop: nftmodel.VerdictDrop}[d.Verdict]
+	want := map[intent.Verdict]trace.Verdict{intent.DNAT: trace.VerdictDNAT, intent.Reject: trace.VerdictReject, intent.Drop: trace.VerdictDrop}[d.Verdict]
 	share := map[netip.AddrPort]float64{}
 	for _, o := range outs {
 		if o.Verdict != want {
 			t.Errorf("%s (%s) %s from %s: %v, the intent says %s; path:%s", p, p.Algorithm, fe, class, o, d.Verdict, nfttest.Path(o))
 			continue
 		}
-		if want != nftmodel.VerdictDNAT {
+		if want != trace.VerdictDNAT {
 			continue
 		}
 		share[o.Dst] += o.Probability
@@ -771,7 +771,7 @@ func agree(t *testing.T, p *intent.Port, fe *intent.Frontend, class intent.Sourc
 			t.Errorf("%s %s from %s (%s): masquerade %v, the intent says %v (hairpin %v); path:%s", p, fe, class, pkt.Src, o.Masquerade, d.Masquerade, hairpin, nfttest.Path(o))
 		}
 	}
-	if want != nftmodel.VerdictDNAT {
+	if want != trace.VerdictDNAT {
 		return
 	}
 	wantShare := map[netip.AddrPort]float64{}

@@ -20,6 +20,7 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/trace"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -186,7 +187,7 @@ func Run(t testing.TB, f *nftmodel.Fake, plan *nftables.Plan) {
 }
 
 // Path renders an outcome's path, one step a line.
-func Path(o nftmodel.Outcome) string { return "\n\t" + strings.Join(o.Path, "\n\t") }
+func Path(o trace.Outcome) string { return "\n\t" + strings.Join(o.Path, "\n\t") }
 
 // Weight is the weight of endpoint i (1 when ws is nil: equal weights).
 func Weight(ws []float64, i int) float64 {

@@ -1,0 +1,786 @@
+package model
+
+// The evaluator: it walks a packet through the parsed table, branch by
+// branch (trace.State), and turns each branch into a trace.Outcome.
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kproxy/kproxy/platform/linux/trace"
+)
+
+// Trace follows p through the table and returns every possible outcome,
+// most probable first (ties in a deterministic order).
+func (t *Tracer) Trace(h trace.Host, p trace.Packet) ([]trace.Outcome, error) {
+	if !p.Src.IsValid() || !p.Dst.IsValid() {
+		return nil, fmt.Errorf("%s: source and destination are required", p)
+	}
+	if p.Src.Is6() != (t.ip == "ip6") || p.Dst.Is6() != (t.ip == "ip6") {
+		return nil, fmt.Errorf("%s: not an %s packet (the table is of family %s)", p, t.ip, t.ip)
+	}
+	if _, ok := protoNums[p.Proto]; !ok || p.Proto == "icmp" || p.Proto == "icmpv6" {
+		return nil, fmt.Errorf("%s: protocol %q: want tcp, udp or sctp", p, p.Proto)
+	}
+	if p.Local && p.InIface != "" {
+		return nil, fmt.Errorf("%s: a local packet has no input interface", p)
+	}
+	first := "prerouting"
+	if p.Local {
+		first = "output"
+	}
+	cur, err := t.hook(h, first, []trace.Branch{{St: trace.NewState(h, p)}})
+	if err != nil {
+		return nil, err
+	}
+	var out []trace.Outcome
+	for _, b := range cur {
+		if b.End.Final() {
+			out = append(out, b.Outcome(""))
+			continue
+		}
+		delivered, hooks := trace.Route(h, p, b.St.Dst)
+		bs := []trace.Branch{b}
+		for _, hk := range hooks {
+			if bs, err = t.hook(h, hk, bs); err != nil {
+				return nil, err
+			}
+		}
+		for _, b := range bs {
+			if b.End.Final() {
+				out = append(out, b.Outcome(""))
+			} else {
+				out = append(out, b.Outcome(delivered))
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b trace.Outcome) int {
+		return cmp.Or(cmp.Compare(b.Probability, a.Probability), cmp.Compare(a.Verdict, b.Verdict),
+			a.Dst.Compare(b.Dst), cmp.Compare(strings.Join(a.Path, "\n"), strings.Join(b.Path, "\n")))
+	})
+	return out, nil
+}
+
+// hook runs the base chains of hook hk, in priority order, over the
+// branches still going (a drop or reject is final; an accept ends one base
+// chain only). The End of a branch that goes on is EndNone.
+func (t *Tracer) hook(h trace.Host, hk string, in []trace.Branch) ([]trace.Branch, error) {
+	cur := in
+	for _, c := range t.hooks[hk] {
+		var next []trace.Branch
+		for _, b := range cur {
+			if b.End.Final() {
+				next = append(next, b)
+				continue
+			}
+			st := b.St.Clone()
+			st.Hook = hk
+			res, err := t.walk(h, c, st, 0)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range res {
+				switch r.End {
+				case trace.EndNone:
+					if c.policy == "drop" {
+						r.St.Note("%s: end of base chain, policy drop", c.name)
+						r.End = trace.EndDrop
+					}
+				case trace.EndAccept:
+					r.End = trace.EndNone
+				}
+				next = append(next, r)
+			}
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// walk enters chain c.
+func (t *Tracer) walk(h trace.Host, c *tchain, st trace.State, depth int) ([]trace.Branch, error) {
+	if err := trace.CheckDepth(depth, "chain "+c.name); err != nil {
+		return nil, err
+	}
+	if c.hook != "" {
+		st.Note("%s: hook %s (type %s, priority %d)", c.name, c.hook, c.typ, c.priority)
+	}
+	return t.walkFrom(h, c, 0, st, depth)
+}
+
+// walkFrom evaluates chain c from rule index i.
+func (t *Tracer) walkFrom(h trace.Host, c *tchain, i int, st trace.State, depth int) ([]trace.Branch, error) {
+	if st.Prob == 0 {
+		return nil, nil
+	}
+	if i >= len(c.rules) {
+		return []trace.Branch{{St: st}}, nil
+	}
+	return t.evalItems(h, c, i, 0, st, depth)
+}
+
+func (t *Tracer) ruleRef(c *tchain, i int) string {
+	return fmt.Sprintf("%s #%d", c.name, c.rules[i].num)
+}
+
+// evalItems evaluates rule i of c from its item k. A match that fails sends
+// the branch on to the next rule.
+func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, depth int) ([]trace.Branch, error) {
+	r := c.rules[i]
+	if k == 0 && t.visit != nil {
+		t.visit(c.name, r.num)
+	}
+	if k == len(r.items) {
+		// Matched, no verdict: the next rule.
+		st.Note("%s: %s", t.ruleRef(c, i), r.text)
+		return t.walkFrom(h, c, i+1, st, depth)
+	}
+	next := func(st trace.State) ([]trace.Branch, error) { return t.evalItems(h, c, i, k+1, st, depth) }
+	fail := func(st trace.State) ([]trace.Branch, error) { return t.walkFrom(h, c, i+1, st, depth) }
+	switch it := r.items[k].(type) {
+	case *cond:
+		alts, err := t.evalCond(h, c, r, k, it, &st)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
+		}
+		var out []trace.Branch
+		for _, a := range alts {
+			s := st
+			if len(alts) > 1 {
+				s = st.Clone()
+			}
+			s.Prob *= a.p
+			if a.ctr != "" {
+				s.Counters = maps.Clone(s.Counters)
+				s.Counters[a.ctr] = a.ctrVal
+			}
+			if a.note != "" {
+				if a.ok {
+					s.Note("%s: %s", t.ruleRef(c, i), a.note)
+				} else {
+					s.Note("%s: %s: no match, next rule", t.ruleRef(c, i), a.note)
+				}
+			}
+			var res []trace.Branch
+			if a.ok {
+				res, err = next(s)
+			} else {
+				res, err = fail(s)
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res...)
+		}
+		return out, nil
+	case *markItem:
+		switch it.op {
+		case "=":
+			st.Mark = it.val
+		case "|":
+			st.Mark |= it.val
+		case "^":
+			st.Mark ^= it.val
+		case "&":
+			st.Mark &= it.val
+		}
+		return next(st)
+	case *updateItem:
+		st.AddAffinity(it.set)
+		return next(st)
+	case *verdictItem:
+		st.Note("%s: %s", t.ruleRef(c, i), r.text)
+		return t.verdict(h, c, i, it, st, depth)
+	case *vmapItem:
+		alts, err := t.evalConcat(h, c, r, k, it.exprs, &st)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
+		}
+		var out []trace.Branch
+		for _, a := range alts {
+			s := a.apply(st, len(alts) > 1)
+			if a.absent {
+				res, err := fail(s)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, res...)
+				continue
+			}
+			e := t.sets[it.set].lookup(a.vals)
+			if e == nil {
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.set)
+				res, err := fail(s)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, res...)
+				continue
+			}
+			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.verdict)
+			res, err := t.verdict(h, c, i, e.verdict, s, depth)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res...)
+		}
+		return out, nil
+	case *dnatItem:
+		if it.mapName == "" {
+			st.Dst, st.DNAT = it.to, true
+			if it.toPort != 0 {
+				st.DstPort = it.toPort
+			}
+			st.Note("%s: %s", t.ruleRef(c, i), r.text)
+			return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
+		}
+		alts, err := t.evalConcat(h, c, r, k, it.exprs, &st)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
+		}
+		var out []trace.Branch
+		for _, a := range alts {
+			s := a.apply(st, len(alts) > 1)
+			if a.absent {
+				res, err := fail(s)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, res...)
+				continue
+			}
+			e := t.sets[it.mapName].lookup(a.vals)
+			if e == nil {
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.mapName)
+				res, err := fail(s)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, res...)
+				continue
+			}
+			if len(e.val) < 1 || len(e.val) > 2 || e.val[0].kind != 'a' || (len(e.val) == 2 && e.val[1].kind != 'n') {
+				return nil, fmt.Errorf("%s (%s): element %s: want address [. port]", t.ruleRef(c, i), r.text, e.text)
+			}
+			s.Dst, s.DNAT = e.val[0].addr, true
+			if len(e.val) == 2 {
+				s.DstPort = uint16(e.val[1].num)
+			}
+			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, a.describe(), netip.AddrPortFrom(s.Dst, s.DstPort))
+			out = append(out, trace.Branch{St: s, End: trace.EndAccept})
+		}
+		return out, nil
+	case *masqItem:
+		st.Masq = true
+		st.Note("%s: %s", t.ruleRef(c, i), r.text)
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
+	case *opaqueItem:
+		st.Note("%s: %s: not simulated: what the kernel does with the packet from here is not known", t.ruleRef(c, i), r.text)
+		return []trace.Branch{{St: st, End: trace.EndUnknown}}, nil
+	case *rejectItem:
+		with := it.with
+		if with == "" {
+			with = "icmp port unreachable"
+		}
+		st.Note("%s: %s (%s)", t.ruleRef(c, i), r.text, with)
+		return []trace.Branch{{St: st, End: trace.EndReject}}, nil
+	}
+	return nil, fmt.Errorf("%s: item %q not modelled", t.ruleRef(c, i), r.items[k])
+}
+
+// verdict applies a verdict taken in rule i of c.
+func (t *Tracer) verdict(h trace.Host, c *tchain, i int, v *verdictItem, st trace.State, depth int) ([]trace.Branch, error) {
+	switch v.kind {
+	case "return":
+		return []trace.Branch{{St: st}}, nil
+	case "drop":
+		return []trace.Branch{{St: st, End: trace.EndDrop}}, nil
+	case "accept":
+		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
+	}
+	sub := t.chains[v.chain]
+	res, err := t.walk(h, sub, st, depth+1)
+	if err != nil {
+		return nil, err
+	}
+	if v.kind == "goto" {
+		// Never back here: the end of sub (or a return) goes back to the
+		// last jump.
+		return res, nil
+	}
+	var out []trace.Branch
+	for _, b := range res {
+		if b.End != trace.EndNone {
+			out = append(out, b)
+			continue
+		}
+		rest, err := t.walkFrom(h, c, i+1, b.St, depth)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rest...)
+	}
+	return out, nil
+}
+
+func (s *tset) lookup(vals []kval) *telem {
+	if s.index != nil {
+		return s.index[indexKey(vals)]
+	}
+	for i := range s.elems {
+		e := &s.elems[i]
+		if len(e.key) != len(vals) {
+			continue
+		}
+		ok := true
+		for j := range vals {
+			if !e.key[j].matches(vals[j]) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return e
+		}
+	}
+	return nil
+}
+
+// valAlt is one possible value of a concatenation.
+type valAlt struct {
+	p    float64
+	vals []kval
+	// absent: a header the packet does not have (tcp dport of a UDP
+	// packet): the rule does not match.
+	absent bool
+	// notes on the values drawn (numgen, jhash)
+	notes []string
+	// counters written
+	ctrs map[string]uint32
+}
+
+func (a valAlt) apply(st trace.State, fork bool) trace.State {
+	if fork {
+		st = st.Clone()
+	}
+	st.Prob *= a.p
+	if len(a.ctrs) > 0 {
+		st.Counters = maps.Clone(st.Counters)
+		maps.Copy(st.Counters, a.ctrs)
+	}
+	return st
+}
+
+func (a valAlt) describe() string {
+	s := canon(a.vals)
+	if len(a.notes) > 0 {
+		s += " (" + strings.Join(a.notes, ", ") + ")"
+	}
+	return s
+}
+
+// evalConcat evaluates a concatenation: every combination of the values
+// its random parts may take.
+func (t *Tracer) evalConcat(h trace.Host, c *tchain, r *trule, k int, exprs []*expr, st *trace.State) ([]valAlt, error) {
+	alts := []valAlt{{p: 1}}
+	for _, e := range exprs {
+		var next []valAlt
+		for _, a := range alts {
+			if a.absent {
+				next = append(next, a)
+				continue
+			}
+			vs, err := t.evalExpr(h, c, r, k, e, st, a.ctrs)
+			if err != nil {
+				return nil, err
+			}
+			for _, v := range vs {
+				b := valAlt{p: a.p * v.p, vals: append(slices.Clone(a.vals), v.val), absent: v.absent, notes: a.notes, ctrs: a.ctrs}
+				if v.note != "" {
+					b.notes = append(slices.Clone(a.notes), v.note)
+				}
+				if v.ctr != "" {
+					b.ctrs = maps.Clone(a.ctrs)
+					if b.ctrs == nil {
+						b.ctrs = map[string]uint32{}
+					}
+					b.ctrs[v.ctr] = v.ctrVal
+				}
+				next = append(next, b)
+			}
+		}
+		alts = next
+	}
+	return alts, nil
+}
+
+// exprVal is one possible value of an expression.
+type exprVal struct {
+	p      float64
+	val    kval
+	absent bool
+	note   string
+	ctr    string
+	ctrVal uint32
+}
+
+// maxBranches bounds the values a numgen may branch into.
+const maxBranches = 1 << 16
+
+func (t *Tracer) evalExpr(h trace.Host, c *tchain, r *trule, k int, e *expr, st *trace.State, pending map[string]uint32) ([]exprVal, error) {
+	p := st.Pkt
+	one := func(v kval) []exprVal { return []exprVal{{p: 1, val: v}} }
+	switch e.kind {
+	case "saddr":
+		return one(kval{kind: 'a', addr: p.Src}), nil
+	case "daddr":
+		return one(kval{kind: 'a', addr: st.Dst}), nil
+	case "l4proto":
+		return one(kval{kind: 'n', num: protoNums[p.Proto], str: p.Proto}), nil
+	case "dport", "sport":
+		if e.proto != "" && e.proto != p.Proto {
+			return []exprVal{{p: 1, absent: true}}, nil
+		}
+		port := st.DstPort
+		if e.kind == "sport" {
+			port = p.SrcPort
+		}
+		return one(kval{kind: 'n', num: uint64(port)}), nil
+	case "mark":
+		return one(kval{kind: 'n', num: uint64(st.Mark)}), nil
+	case "iifname":
+		return one(kval{kind: 's', str: p.InIface}), nil
+	case "oifname":
+		// Only the output, forward and postrouting hooks know the output
+		// interface (elsewhere the expression breaks: the rule does not
+		// match). A local destination is reached through "lo"; any other
+		// through an interface the model does not name.
+		switch st.Hook {
+		case "output", "forward", "postrouting":
+		default:
+			return []exprVal{{p: 1, absent: true}}, nil
+		}
+		if h.IsLocal(st.Dst) {
+			return one(kval{kind: 's', str: "lo"}), nil
+		}
+		return one(kval{kind: 's', str: "(not lo)"}), nil
+	case "fib-saddr", "fib-daddr":
+		a := p.Src
+		if e.kind == "fib-daddr" {
+			a = st.Dst
+		}
+		typ := "unicast"
+		switch {
+		case h.IsLocal(a):
+			typ = "local"
+		case a.IsMulticast():
+			typ = "multicast"
+		}
+		return one(kval{kind: 's', str: typ}), nil
+	case "ctstate":
+		return one(kval{kind: 's', str: "new"}), nil
+	case "ctstatus":
+		var s uint64
+		if st.DNAT {
+			s |= ctStatusBits["dnat"]
+		}
+		return one(kval{kind: 'n', num: s}), nil
+	case "jhash":
+		src := p.Src
+		if e.hashOf.kind == "daddr" {
+			src = st.Dst
+		}
+		slot := uint64(trace.ClusterSlot(src, e.seed, uint32(e.mod))) + e.off
+		return []exprVal{{p: 1, val: kval{kind: 'n', num: slot}, note: fmt.Sprintf("jhash %s = %d", src, slot)}}, nil
+	case "numgen":
+		if key, ok := t.counterKey(c, r, k, e); ok && st.Counters != nil {
+			v, next := t.incNext(st.Counters, pending, key, e.mod)
+			return []exprVal{{p: 1, val: kval{kind: 'n', num: v + e.off}, note: fmt.Sprintf("numgen inc = %d (counter %s)", v+e.off, key), ctr: key, ctrVal: next}}, nil
+		}
+		if e.mod > maxBranches {
+			return nil, fmt.Errorf("%s: %d values to branch into (at most %d modelled)", e.text, e.mod, maxBranches)
+		}
+		out := make([]exprVal, 0, e.mod)
+		for v := range e.mod {
+			note := fmt.Sprintf("slot %d of %d, p %s", v+e.off, e.mod, frac(1, e.mod))
+			if e.gen == "inc" {
+				note = fmt.Sprintf("slot %d of %d: round robin, 1 in %d connections", v+e.off, e.mod, e.mod)
+			}
+			out = append(out, exprVal{p: 1 / float64(e.mod), val: kval{kind: 'n', num: v + e.off}, note: note})
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("expression %s not modelled", e.text)
+}
+
+// counterKey names e's counter when it is a numgen inc.
+func (t *Tracer) counterKey(c *tchain, r *trule, k int, e *expr) (string, bool) {
+	if e.kind != "numgen" || e.gen != "inc" {
+		return "", false
+	}
+	nth := 0
+	for j := 0; j <= k; j++ {
+		switch x := r.items[j].(type) {
+		case *cond:
+			for _, y := range x.exprs {
+				if y.kind == "numgen" && y.gen == "inc" {
+					nth++
+				}
+				if y == e {
+					return CounterKey(c.name, r.num, nth), true
+				}
+			}
+		case *vmapItem:
+			for _, y := range x.exprs {
+				if y.kind == "numgen" && y.gen == "inc" {
+					nth++
+				}
+				if y == e {
+					return CounterKey(c.name, r.num, nth), true
+				}
+			}
+		case *dnatItem:
+			for _, y := range x.exprs {
+				if y.kind == "numgen" && y.gen == "inc" {
+					nth++
+				}
+				if y == e {
+					return CounterKey(c.name, r.num, nth), true
+				}
+			}
+		}
+	}
+	return CounterKey(c.name, r.num, max(nth, 1)), true
+}
+
+// incNext is the kernel's nft_ng_inc_gen: the counter (created at mod-1)
+// moves on by one, wrapping to 0, and its new value is the result.
+func (t *Tracer) incNext(counters, pending map[string]uint32, key string, mod uint64) (val uint64, next uint32) {
+	old, ok := pending[key]
+	if !ok {
+		old, ok = counters[key]
+	}
+	if !ok {
+		old = uint32(mod - 1)
+	}
+	n := uint64(old) + 1
+	if n >= mod {
+		n = 0
+	}
+	return n, uint32(n)
+}
+
+func frac(a, b uint64) string {
+	if a == 0 {
+		return "0"
+	}
+	if a == b {
+		return "1"
+	}
+	if b > 1000 {
+		return strconv.FormatFloat(float64(a)/float64(b), 'g', 4, 64)
+	}
+	return fmt.Sprintf("%d/%d", a, b)
+}
+
+// condAlt is one outcome of a match.
+type condAlt struct {
+	p      float64
+	ok     bool
+	note   string
+	ctr    string
+	ctrVal uint32
+}
+
+func (t *Tracer) evalCond(h trace.Host, c *tchain, r *trule, k int, m *cond, st *trace.State) ([]condAlt, error) {
+	// A numgen compared with constants: split analytically (no branch per
+	// value), unless its counter is tracked.
+	if len(m.exprs) == 1 && m.exprs[0].kind == "numgen" && m.mask == nil && m.set == "" {
+		e := m.exprs[0]
+		if _, inc := t.counterKey(c, r, k, e); !inc || st.Counters == nil {
+			n := countMatching(e, m)
+			note := fmt.Sprintf("%s: p %s", m.text, frac(n, e.mod))
+			if e.gen == "inc" {
+				note = fmt.Sprintf("%s: round robin, %d in %d connections reaching the rule", m.text, n, e.mod)
+			}
+			var out []condAlt
+			if n > 0 {
+				out = append(out, condAlt{p: float64(n) / float64(e.mod), ok: true, note: note})
+			}
+			if n < e.mod {
+				out = append(out, condAlt{p: float64(e.mod-n) / float64(e.mod), ok: false, note: note})
+			}
+			return out, nil
+		}
+	}
+	alts, err := t.evalConcat(h, c, r, k, m.exprs, st)
+	if err != nil {
+		return nil, err
+	}
+	var out []condAlt
+	for _, a := range alts {
+		ca := condAlt{p: a.p}
+		for key, v := range a.ctrs {
+			ca.ctr, ca.ctrVal = key, v
+		}
+		if len(a.ctrs) > 1 {
+			return nil, fmt.Errorf("%s: more than one numgen inc in a match", m.text)
+		}
+		if len(a.notes) > 0 {
+			ca.note = m.text + ": " + strings.Join(a.notes, ", ")
+		}
+		if a.absent {
+			out = append(out, ca)
+			continue
+		}
+		ok, err := t.holds(h, m, a.vals, st.Pkt.Src)
+		if err != nil {
+			return nil, err
+		}
+		ca.ok = ok
+		out = append(out, ca)
+	}
+	return out, nil
+}
+
+// countMatching counts the values of numgen e that satisfy m.
+func countMatching(e *expr, m *cond) uint64 {
+	lo, hi := e.off, e.off+e.mod // [lo, hi)
+	inRange := func(v uint64) bool { return v >= lo && v < hi }
+	var n uint64
+	switch m.op {
+	case "==", "!=":
+		seen := map[uint64]bool{}
+		for _, v := range m.list {
+			if inRange(v[0].num) && !seen[v[0].num] {
+				seen[v[0].num] = true
+				n++
+			}
+		}
+		if m.op == "!=" {
+			n = e.mod - n
+		}
+	default:
+		x := m.list[0][0].num
+		// Count v in [lo, hi) with v op x.
+		count := func(a, b uint64) uint64 { // values in [a, b) ∩ [lo, hi)
+			a, b = max(a, lo), min(b, hi)
+			if b <= a {
+				return 0
+			}
+			return b - a
+		}
+		switch m.op {
+		case "<":
+			n = count(0, x)
+		case "<=":
+			n = count(0, x+1)
+		case ">":
+			n = count(x+1, math.MaxUint64)
+		case ">=":
+			n = count(x, math.MaxUint64)
+		}
+	}
+	return n
+}
+
+// holds evaluates match m on the values vals.
+func (t *Tracer) holds(h trace.Host, m *cond, vals []kval, src netip.Addr) (bool, error) {
+	if m.mask != nil {
+		vals = []kval{{kind: 'n', num: vals[0].num & *m.mask}}
+	}
+	var in bool
+	switch {
+	case m.set != "":
+		s := t.sets[m.set]
+		if s.isMap {
+			return false, fmt.Errorf("@%s is a map, not a set", m.set)
+		}
+		in = s.lookup(vals) != nil
+		// An affinity set the caller says holds the source.
+		if !in && len(vals) == 1 && vals[0].kind == 'a' && vals[0].addr == src && h.AffinityHit[m.set] {
+			in = true
+		}
+	case m.op == "flag":
+		return vals[0].num&m.list[0][0].num != 0, nil
+	case m.op == "==" || m.op == "!=":
+		for _, l := range m.list {
+			if constMatches(m.exprs, l, vals) {
+				in = true
+				break
+			}
+		}
+	default:
+		v, x := vals[0].num, m.list[0][0].num
+		switch m.op {
+		case "<":
+			return v < x, nil
+		case "<=":
+			return v <= x, nil
+		case ">":
+			return v > x, nil
+		case ">=":
+			return v >= x, nil
+		}
+		return false, fmt.Errorf("operator %s not modelled", m.op)
+	}
+	if m.op == "!=" {
+		return !in, nil
+	}
+	return in, nil
+}
+
+// constMatches compares a packet's values with one constant of each part;
+// interface names ending in "*" match by prefix.
+func constMatches(exprs []*expr, c, vals []kval) bool {
+	for i := range vals {
+		if exprs[i].typ == tIface {
+			if pfx, ok := strings.CutSuffix(c[i].str, "*"); ok {
+				if !strings.HasPrefix(vals[i].str, pfx) {
+					return false
+				}
+				continue
+			}
+		}
+		if !c[i].matches(vals[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TraceSequence traces n packets like p, one after the other (each from
+// the next source port), carrying the numgen inc counters from one to the
+// next: the round robin rotation. Every outcome of one packet must leave
+// the same counters (a counter behind a random branch has no single next
+// state): otherwise it is an error.
+func (t *Tracer) TraceSequence(h trace.Host, p trace.Packet, n int) ([][]trace.Outcome, error) {
+	if h.Counters == nil {
+		h.Counters = map[string]uint32{}
+	}
+	var out [][]trace.Outcome
+	for i := range n {
+		outs, err := t.Trace(h, p)
+		if err != nil {
+			return nil, err
+		}
+		if len(outs) == 0 {
+			return nil, fmt.Errorf("packet %d: no outcome", i+1)
+		}
+		for _, o := range outs[1:] {
+			if !maps.Equal(o.Counters, outs[0].Counters) {
+				return nil, fmt.Errorf("packet %d: the outcomes leave different numgen inc counters (%v, %v)", i+1, outs[0].Counters, o.Counters)
+			}
+		}
+		h.Counters = outs[0].Counters
+		out = append(out, outs)
+		p.SrcPort++
+	}
+	return out, nil
+}
