@@ -129,6 +129,9 @@ type Deps struct {
 	// AfterSync, when set, is called after every sync with its snapshot and
 	// result, once metrics, health and health check node ports are updated.
 	AfterSync func(snap *proxy.Snapshot, err error)
+	// OnRetryScheduled, when set, is told each delay the app asks the
+	// runner to wait before the sync that retries a quarantined port.
+	OnRetryScheduled func(d time.Duration)
 	// ConfigWatchInterval is how often the --config file is compared with
 	// the bytes it was loaded from (default configWatchInterval).
 	ConfigWatchInterval time.Duration
@@ -295,6 +298,12 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 		FullInterval: o.FullSyncPeriod,
 	})
 	s.runAfter = r.TriggerAfter
+	if d.OnRetryScheduled != nil {
+		s.runAfter = func(delay time.Duration) {
+			d.OnRetryScheduled(delay)
+			r.TriggerAfter(delay)
+		}
+	}
 	logger.Info("Starting kproxy", "node", o.NodeName, "mode", name, "families", fams,
 		"minSyncPeriod", o.MinSyncPeriod(), "syncPeriod", o.SyncPeriod())
 	rep.starting()

@@ -347,41 +347,38 @@ func TestMetricsServerURLs(t *testing.T) {
 // and long before the periodic sync.
 func TestQuarantineRetryIsScheduled(t *testing.T) {
 	dir := manifests(t, map[string]string{"node.yaml": fmt.Sprintf(nodeYAML, ""), "cache.yaml": localOnlyYAML})
-	hourly := func(o *config.Options, _ *Deps) { o.Config.IPTables.SyncPeriod.Duration = time.Hour }
-	h := start(t, dir, run{tweak: hourly})
+	retries := make(chan time.Duration, 100)
+	tweak := func(o *config.Options, d *Deps) {
+		o.Config.IPTables.SyncPeriod.Duration = time.Hour
+		d.OnRetryScheduled = func(delay time.Duration) { retries <- delay }
+	}
+	h := start(t, dir, run{tweak: tweak})
 	gen := h.waitSync("first sync", succeeded).gen
+	select {
+	case d := <-retries:
+		t.Fatalf("a retry after %v was asked with nothing quarantined", d)
+	default:
+	}
 	b := h.backends[v1.IPv4Protocol]
-	const retryIn = time.Second
+	// The app's clock is fake (it does not move): the delay asked is
+	// exactly the time to the port's retry.
+	const retryIn = 700 * time.Millisecond
 	b.mu.Lock()
 	b.quarantine = []proxy.QuarantinedPort{{Name: proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "cache"}, Protocol: v1.ProtocolTCP},
 		Family: v1.IPv4Protocol, Reason: "rejected", Since: h.clock.Now(), Retry: h.clock.Now().Add(retryIn)}}
 	b.mu.Unlock()
 	h.write("cache.yaml", strings.ReplaceAll(localOnlyYAML, "6379", "6380"))
 	h.changed("the sync that publishes the quarantine", gen)
-	// The change may take more than one sync: wait until they are done.
-	last := time.Now()
-	for quiet := false; !quiet; {
-		select {
-		case r := <-h.synced:
-			if r.err != nil {
-				t.Fatalf("sync: %v", r.err)
-			}
-			last = time.Now()
-		case <-time.After(retryIn / 4):
-			quiet = true
-		}
-	}
 	select {
-	case r := <-h.synced:
-		if r.err != nil {
-			t.Fatalf("retry sync: %v", r.err)
-		}
-		if took := time.Since(last); took < retryIn/2 {
-			t.Errorf("retry sync %v after the previous one, want about %v", took, retryIn)
+	case d := <-retries:
+		if d != retryIn {
+			t.Errorf("the app asked the runner for a sync in %v, want %v (the port's retry)", d, retryIn)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no sync for the quarantined port's retry (the sync period is an hour)")
+		t.Fatal("the app never asked the runner for the quarantined port's retry")
 	}
+	// That the runner then runs a sync at that delay, whatever the sync
+	// period, is pkg/runner's TestTriggerAfter (on a fake clock).
 	b.mu.Lock()
 	b.quarantine = nil
 	b.mu.Unlock()
