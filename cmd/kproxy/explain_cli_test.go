@@ -47,7 +47,7 @@ func TestExplainOperatorFindings(t *testing.T) {
 			want:     []string{"verdict     DNAT", "short-circuited to the cluster-wide endpoints (3)"},
 			dontWant: []string{"connections are dropped", "may short-circuit"}},
 		{name: "a Service port without endpoints whose slices have them under another name says so",
-			args: []string{"--manifests", "testdata/port-name-mismatch", "--hostname-override", "node1", "--to", "10.96.0.80:80"}, code: 0,
+			args: []string{"--manifests", "testdata/port-name-mismatch", "--hostname-override", "node1", "--proxy-mode", "iptables", "--to", "10.96.0.80:80"}, code: 0,
 			want: []string{"verdict     REJECT", `ready endpoints on port(s) named "web" (tcp), but this Service port is named "http"`}},
 		{name: "kernelspace drops what it cannot reject, and says so without contradiction",
 			args: []string{"--manifests", "testdata/port-name-mismatch", "--hostname-override", "node1", "--proxy-mode", "kernelspace", "--to", "10.96.0.80:80"}, code: 0,
