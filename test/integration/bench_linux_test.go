@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -38,6 +39,7 @@ var (
 	benchDataPlane       = flag.Int("cluster-bench-connections", 2000, "new TCP connections of each data-plane round, to each target (0: none)")
 	benchDataPlaneRounds = flag.Int("cluster-bench-rounds", 5, "data-plane rounds, each alternating connections through the ClusterIP and straight to the pod; the median round's rate is reported")
 	benchEndpoints       = flag.Int("cluster-bench-endpoints", 10, "endpoints per Service for BenchmarkCluster")
+	benchChanges         = flag.Int("cluster-bench-changes", 5, "one-endpoint changes measured, each once kproxy is idle (median and p99 reported)")
 	benchWriters         = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
 	benchProfiles        = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
 )
@@ -419,9 +421,9 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	// one endpoint of a loaded Service replaced, as the programming latency
 	// kproxy records; then the probe Service's endpoint moved, until a new
 	// connection reaches the new pod.
-	const kernelRuns, trafficRuns = 5, 3
+	const trafficRuns = 3
 	var kernel, traffic []time.Duration
-	for range kernelRuns {
+	for range max(*benchChanges, 1) {
 		w.awaitIdle(ctx, host)
 		kernel = append(kernel, w.changeOneEndpoint(ctx, host))
 	}
@@ -478,6 +480,8 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	kernelChange, trafficChange := median(kernel), median(traffic)
 	b.ReportMetric(startTook.Seconds(), "start-s")
 	b.ReportMetric(float64(kernelChange.Microseconds())/1000, "change-ms")
+	b.ReportMetric(float64(percentile(kernel, 0.99).Microseconds())/1000, "change-p99-ms")
+	b.Logf("one-endpoint changes (%d): %v", len(kernel), kernel)
 	b.ReportMetric(float64(trafficChange.Microseconds())/1000, "traffic-ms")
 	b.ReportMetric(float64(memEnd.HWM)/(1<<20), "peak-MiB")
 	b.ReportMetric(float64(rules), "rules")
@@ -649,6 +653,15 @@ func (w *benchWorld) awaitIdle(ctx context.Context, host string) {
 		}
 	}
 	b.Fatalf("kproxy on %s never went idle within 10 minutes", host)
+}
+
+// percentile returns the smallest sample at or above fraction q of d
+// (nearest rank: with fewer than 100 samples, p99 is the largest).
+func percentile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
 }
 
 func median(d []time.Duration) time.Duration {
@@ -826,5 +839,18 @@ func TestBenchHelpers(t *testing.T) {
 	}
 	if got := median([]time.Duration{3, 1, 2}); got != 2 {
 		t.Errorf("median = %v", got)
+	}
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(100 - i)
+	}
+	for _, tc := range []struct {
+		d    []time.Duration
+		q    float64
+		want time.Duration
+	}{{hundred, 0.99, 99}, {hundred, 0.5, 50}, {[]time.Duration{5, 1, 9}, 0.99, 9}, {[]time.Duration{7}, 0.99, 7}} {
+		if got := percentile(tc.d, tc.q); got != tc.want {
+			t.Errorf("percentile(%d samples, %v) = %v, want %v", len(tc.d), tc.q, got, tc.want)
+		}
 	}
 }
