@@ -481,14 +481,13 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	b.ReportMetric(startTook.Seconds(), "start-s")
 	b.ReportMetric(float64(kernelChange.Microseconds())/1000, "change-ms")
 	b.ReportMetric(float64(percentile(kernel, 0.99).Microseconds())/1000, "change-p99-ms")
-	b.Logf("one-endpoint changes (%d): %v", len(kernel), kernel)
 	b.ReportMetric(float64(trafficChange.Microseconds())/1000, "traffic-ms")
 	b.ReportMetric(float64(memEnd.HWM)/(1<<20), "peak-MiB")
 	b.ReportMetric(float64(rules), "rules")
 	b.Logf("changes (kernel): %v; changes (traffic): %v", kernel, traffic)
-	b.Logf("| %s | %s | %s (first full sync %s) | %s (max %s) | %s | %s / %s / %s MiB (heap in use %s MiB, live %s MB) | %d / %d | %s | %s → %s |",
+	b.Logf("| %s | %s | %s (first full sync %s) | %s (p99 %s, max %s; %d changes) | %s | %s / %s / %s MiB (heap in use %s MiB, live %s MB) | %d / %d | %s | %s → %s |",
 		fmtCount(w.n), flavour, round(startTook), round(time.Duration(firstSync*float64(time.Second))),
-		round(kernelChange), round(slices.Max(kernel)), round(trafficChange),
+		round(kernelChange), round(percentile(kernel, 0.99)), round(slices.Max(kernel)), len(kernel), round(trafficChange),
 		MiB(memProgrammed.RSS), MiB(memEnd.RSS), MiB(memEnd.HWM), heap, live, rules, chains,
 		round(w.loadTook), load0, load1)
 }
