@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/kproxy/kproxy/test/cluster/images"
 	"github.com/kproxy/kproxy/test/controlplane"
+	"github.com/kproxy/kproxy/test/internal/daemon"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -243,7 +243,7 @@ func Up(ctx context.Context, o Options) (err error) {
 	if err := o.layout().CheckPaths(); err != nil {
 		return err
 	}
-	if pid := daemonPID(o.Dir); pid > 0 {
+	if pid := daemonOf(o.Dir).PID(); pid > 0 {
 		st, err := ReadState(o.Dir)
 		if err != nil {
 			return fmt.Errorf("a cluster daemon (pid %d) is starting or broken in %s: wait, or make cluster-down: %w", pid, o.Dir, err)
@@ -289,11 +289,12 @@ func Up(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	o.say("make cluster: starting the cluster daemon (%s, %s mode; log: %s)", o.Proxy, o.Mode, o.show(o.path(LogFile)))
-	cmd, exited, err := startDaemon(o, self)
+	cmd, exited, err := daemonOf(o.Dir).Start(self, []string{"-dir", o.Dir, "-root", o.Root, "-proxy", o.Proxy, "-mode", o.Mode,
+		"-overlay", o.Overlay, "-kproxy-image", o.KproxyImage, "run"}, o.Root)
 	if err != nil {
 		return err
 	}
-	if err := follow(ctx, o, cmd.Process.Pid, exited); err != nil {
+	if err := daemonOf(o.Dir).Follow(ctx, o.Out, cmd.Process.Pid, exited, o.StartTimeout); err != nil {
 		return err
 	}
 	st, err := ReadState(o.Dir)
@@ -309,7 +310,7 @@ func (o Options) hintOptions() HintOptions {
 	return HintOptions{Show: o.show, MakeArgs: o.MakeArgs, BinDir: o.path(BinDir)}
 }
 
-// toolName is the daemon's program name (isDaemon looks for it).
+// toolName is the daemon's program name (daemon.Daemon.Is looks for it).
 const toolName = "kproxy-cluster"
 
 // installSelf copies kproxy-cluster (Options.Tool, or this program) into
@@ -332,83 +333,7 @@ func installSelf(o Options) (string, error) {
 		return "", err
 	}
 	dst := o.path(BinDir, toolName)
-	return dst, writeAtomic(dst, data, 0o755)
-}
-
-// startDaemon starts "kproxy-cluster run" in its own session, its output
-// appended to LogFile, and records its pid.
-func startDaemon(o Options, self string) (*exec.Cmd, <-chan error, error) {
-	logf, err := os.OpenFile(o.path(LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = logf.Close() }()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = devnull.Close() }()
-	cmd := exec.Command(self, "-dir", o.Dir, "-root", o.Root, "-proxy", o.Proxy, "-mode", o.Mode,
-		"-overlay", o.Overlay, "-kproxy-image", o.KproxyImage, "run")
-	cmd.Dir = o.Root
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("starting the cluster daemon: %w", err)
-	}
-	if err := os.WriteFile(o.path(PIDFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
-		_ = cmd.Process.Kill()
-		return nil, nil, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	return cmd, exited, nil
-}
-
-// follow copies the daemon's log to Out until it has written StateFile.
-func follow(ctx context.Context, o Options, pid int, exited <-chan error) error {
-	f, err := os.Open(o.path(LogFile))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	copyNew := func() { _, _ = io.Copy(prefixed{w: o.Out, prefix: "  "}, f) }
-	deadline := time.NewTimer(o.StartTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		copyNew()
-		if _, err := os.Stat(o.path(StateFile)); err == nil {
-			copyNew()
-			return nil
-		}
-		select {
-		case err := <-exited:
-			copyNew()
-			return fmt.Errorf("the cluster daemon (pid %d) exited before the cluster was ready (%v); its log is above", pid, err)
-		case <-ctx.Done():
-			return fmt.Errorf("interrupted while the cluster was starting: %w", ctx.Err())
-		case <-deadline.C:
-			return fmt.Errorf("the cluster was not ready within %v; its log is above", o.StartTimeout)
-		case <-tick.C:
-		}
-	}
-}
-
-// prefixed writes whole lines to w, each prefixed.
-type prefixed struct {
-	w      io.Writer
-	prefix string
-}
-
-func (p prefixed) Write(b []byte) (int, error) {
-	out := p.prefix + strings.ReplaceAll(string(b), "\n", "\n"+p.prefix)
-	out = strings.TrimSuffix(out, p.prefix)
-	if _, err := io.WriteString(p.w, out); err != nil {
-		return 0, err
-	}
-	return len(b), nil
+	return dst, daemon.WriteAtomic(dst, data, 0o755)
 }
 
 // Run is the daemon: it builds the cluster, writes StateFile, and runs
@@ -517,7 +442,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(o.path(KubeconfigFile), admin, 0o600); err != nil {
+	if err := daemon.WriteAtomic(o.path(KubeconfigFile), admin, 0o600); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(l.Kubeconfig("x")), 0o755); err != nil {
@@ -528,7 +453,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err != nil {
 			return err
 		}
-		if err := writeAtomic(l.Kubeconfig(kubeconfigName(u.Name)), kc, 0o600); err != nil {
+		if err := daemon.WriteAtomic(l.Kubeconfig(kubeconfigName(u.Name)), kc, 0o600); err != nil {
 			return err
 		}
 	}
@@ -701,7 +626,7 @@ func writeKubectl(o Options, kubectl, cpNS string) error {
 		": \"${KUBECONFIG:=" + o.path(KubeconfigFile) + "}\"\n" +
 		"export KUBECONFIG\n" +
 		"exec nsenter --net=/run/netns/" + cpNS + " -- " + shellQuote(kubectl) + " \"$@\"\n"
-	return writeAtomic(o.path(BinDir, "kubectl"), []byte(script), 0o755)
+	return daemon.WriteAtomic(o.path(BinDir, "kubectl"), []byte(script), 0o755)
 }
 
 func nodeNames() string {
@@ -758,46 +683,6 @@ func (t *teardown) run() {
 	t.logf("stopped")
 }
 
-// daemonPID returns the pid of the live daemon of dir, 0 if none runs.
-func daemonPID(dir string) int {
-	data, err := os.ReadFile(filepath.Join(dir, PIDFile))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 1 || !isDaemon(pid, dir) {
-		return 0
-	}
-	return pid
-}
-
-// isDaemon reports whether pid is a live (not zombie) "kproxy-cluster ...
-// -dir dir ... run" process, so a pid reused by another program is never
-// signalled.
-func isDaemon(pid int, dir string) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
-		return false
-	}
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return false
-	}
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(args) < 2 || filepath.Base(args[0]) != toolName || args[len(args)-1] != "run" {
-		return false
-	}
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "-dir" && args[i+1] == dir {
-			return true
-		}
-	}
-	return false
-}
-
 // Down stops the daemon of Dir (SIGTERM: it tears the cluster down;
 // SIGKILL after two minutes), then removes whatever is left, also after a
 // crash: every process in the cluster's cgroup, the mounts under Dir, the
@@ -817,9 +702,9 @@ func Down(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("make cluster-down: run it as root")
 	}
-	if pid := daemonPID(o.Dir); pid > 0 {
+	if pid := daemonOf(o.Dir).PID(); pid > 0 {
 		o.say("make cluster-down: stopping the cluster daemon (pid %d)", pid)
-		if err := stopDaemon(pid, o.Dir, 2*time.Minute); err != nil {
+		if err := daemonOf(o.Dir).Stop(pid, 2*time.Minute); err != nil {
 			return err
 		}
 	}
@@ -854,34 +739,6 @@ func Down(ctx context.Context, o Options) (err error) {
 	}
 	o.say("make cluster-down: cluster removed (processes, mounts, namespaces, cgroups and %s)", o.show(o.Dir))
 	return nil
-}
-
-// stopDaemon sends SIGTERM and waits for the daemon to exit, then SIGKILL.
-func stopDaemon(pid int, dir string, grace time.Duration) error {
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signalling the cluster daemon (pid %d): %w", pid, err)
-	}
-	if waitGone(pid, dir, grace) {
-		return nil
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("killing the cluster daemon (pid %d): %w", pid, err)
-	}
-	if !waitGone(pid, dir, 10*time.Second) {
-		return fmt.Errorf("the cluster daemon (pid %d) is still running after SIGKILL", pid)
-	}
-	return nil
-}
-
-func waitGone(pid int, dir string, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for isDaemon(pid, dir) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
 }
 
 // Kubectl replaces this process with the kubectl wrapper of Dir.
@@ -925,4 +782,10 @@ func Shell(o Options, host string, argv []string) error {
 		return err
 	}
 	return syscall.Exec(path, full, env)
+}
+
+// daemonOf names the cluster daemon of state directory dir.
+func daemonOf(dir string) daemon.Daemon {
+	return daemon.Daemon{Tool: toolName, Dir: dir, PIDFile: filepath.Join(dir, PIDFile),
+		LogFile: filepath.Join(dir, LogFile), StateFile: filepath.Join(dir, StateFile)}
 }

@@ -69,7 +69,7 @@ func TestMakeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if daemonPID(dir) != st.PID {
+	if daemonOf(dir).PID() != st.PID {
 		t.Fatalf("the cluster daemon (pid %d) is not running after make cluster returned", st.PID)
 	}
 	kubectl := func(args ...string) string {
@@ -137,7 +137,7 @@ func TestMakeCluster(t *testing.T) {
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for daemonPID(dir) != 0 {
+	for daemonOf(dir).PID() != 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
 	cg, err := detectCgroups(CgroupName(dir))

@@ -1,7 +1,6 @@
 package nscluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/kproxy/kproxy/test/controlplane"
 	"github.com/kproxy/kproxy/test/e2e"
 	"github.com/kproxy/kproxy/test/integration"
+	"github.com/kproxy/kproxy/test/internal/daemon"
 	"github.com/kproxy/kproxy/test/netns"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
@@ -109,7 +108,7 @@ func Up(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if pid := daemonPID(o.Dir); pid > 0 {
+	if pid := daemonOf(o.Dir).PID(); pid > 0 {
 		st, err := ReadState(o.Dir)
 		if err != nil {
 			return fmt.Errorf("a cluster daemon (pid %d) is starting or broken in %s: wait, or make netns-cluster-down: %w", pid, o.Dir, err)
@@ -164,11 +163,11 @@ func Up(ctx context.Context, o Options) (err error) {
 	}
 
 	o.say("make netns-cluster: starting the cluster daemon (log: %s)", o.show(o.path(LogFile)))
-	cmd, exited, err := startDaemon(o, self)
+	cmd, exited, err := daemonOf(o.Dir).Start(self, []string{"-dir", o.Dir, "-root", o.Root, "run"}, o.Root)
 	if err != nil {
 		return err
 	}
-	if err := follow(ctx, o, cmd.Process.Pid, exited); err != nil {
+	if err := daemonOf(o.Dir).Follow(ctx, o.Out, cmd.Process.Pid, exited, o.StartTimeout); err != nil {
 		return err
 	}
 	st, err := ReadState(o.Dir)
@@ -197,7 +196,7 @@ func installSelf(o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := writeAtomic(dst, data, 0o755); err != nil {
+	if err := daemon.WriteAtomic(dst, data, 0o755); err != nil {
 		return "", fmt.Errorf("installing %s: %w", dst, err)
 	}
 	return dst, nil
@@ -213,7 +212,7 @@ func writeScripts(o Options, self string) error {
 		"# the cluster's control-plane network namespace, the only place the API\n" +
 		"# server is reachable. KUBECONFIG defaults to the cluster's admin kubeconfig.\n" +
 		"exec " + shellQuote(self) + " -dir " + shellQuote(o.Dir) + " -root " + shellQuote(o.Root) + " kubectl \"$@\"\n"
-	if err := writeAtomic(o.path(BinDir, "kubectl"), []byte(kubectl), 0o755); err != nil {
+	if err := daemon.WriteAtomic(o.path(BinDir, "kubectl"), []byte(kubectl), 0o755); err != nil {
 		return err
 	}
 	rc := "# bash startup file of make netns-shell\n" +
@@ -221,84 +220,7 @@ func writeScripts(o Options, self string) error {
 		"[ -f ~/.bashrc ] && . ~/.bashrc\n" +
 		"PS1='[$KPROXY_CLUSTER_HOST \\W]\\$ '\n" +
 		"echo \"In the network namespace of $KPROXY_CLUSTER_HOST (make netns-cluster); exit leaves it.\"\n"
-	return writeAtomic(o.path(ShellRC), []byte(rc), 0o644)
-}
-
-// startDaemon starts "kproxy-nscluster run" in its own session (so the
-// terminal's signals do not reach it), output appended to LogFile, and
-// records its pid.
-func startDaemon(o Options, self string) (*exec.Cmd, <-chan error, error) {
-	logf, err := os.OpenFile(o.path(LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = logf.Close() }()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = devnull.Close() }()
-	cmd := exec.Command(self, "-dir", o.Dir, "-root", o.Root, "run")
-	cmd.Dir = o.Root
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("starting the cluster daemon: %w", err)
-	}
-	if err := os.WriteFile(o.path(PIDFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
-		_ = cmd.Process.Kill()
-		return nil, nil, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	return cmd, exited, nil
-}
-
-// follow copies the daemon's log to Out until it has written StateFile.
-func follow(ctx context.Context, o Options, pid int, exited <-chan error) error {
-	f, err := os.Open(o.path(LogFile))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	copyNew := func() { _, _ = io.Copy(prefixed{w: o.Out, prefix: "  "}, f) }
-	deadline := time.NewTimer(o.StartTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		copyNew()
-		if _, err := os.Stat(o.path(StateFile)); err == nil {
-			copyNew()
-			return nil
-		}
-		select {
-		case err := <-exited:
-			copyNew()
-			return fmt.Errorf("the cluster daemon (pid %d) exited before the cluster was ready (%v); its log is above", pid, err)
-		case <-ctx.Done():
-			return fmt.Errorf("interrupted while the cluster was starting: %w", ctx.Err())
-		case <-deadline.C:
-			return fmt.Errorf("the cluster was not ready within %v; its log is above", o.StartTimeout)
-		case <-tick.C:
-		}
-	}
-}
-
-// prefixed writes whole lines to w, each prefixed (a partial last line is
-// written as is: the log is copied as it grows).
-type prefixed struct {
-	w      io.Writer
-	prefix string
-}
-
-func (p prefixed) Write(b []byte) (int, error) {
-	out := p.prefix + strings.ReplaceAll(string(b), "\n", "\n"+p.prefix)
-	out = strings.TrimSuffix(out, p.prefix)
-	if _, err := io.WriteString(p.w, out); err != nil {
-		return 0, err
-	}
-	return len(b), nil
+	return daemon.WriteAtomic(o.path(ShellRC), []byte(rc), 0o644)
 }
 
 // Run is the daemon: it builds the cluster, writes StateFile, and runs
@@ -443,47 +365,6 @@ func waitHealthy(ctx context.Context, env *integration.Env, host string, p *netn
 	}
 }
 
-// daemonPID returns the pid of the live daemon of dir, 0 if none runs.
-func daemonPID(dir string) int {
-	data, err := os.ReadFile(filepath.Join(dir, PIDFile))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 1 || !isDaemon(pid, dir) {
-		return 0
-	}
-	return pid
-}
-
-// isDaemon reports whether pid is a live (not zombie) "kproxy-nscluster ...
-// -dir dir ... run" process, so a pid reused by another program is never
-// signalled.
-func isDaemon(pid int, dir string) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesized command name: "pid (comm) S ...".
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
-		return false
-	}
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return false
-	}
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(args) < 2 || filepath.Base(args[0]) != "kproxy-nscluster" || args[len(args)-1] != "run" {
-		return false
-	}
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "-dir" && args[i+1] == dir {
-			return true
-		}
-	}
-	return false
-}
-
 // Down stops the daemon of Dir (SIGTERM; SIGKILL after a minute), deletes
 // the cluster's namespaces that are left (all of them after a SIGKILL or a
 // crash) and removes Dir. Without a cluster it says so and succeeds.
@@ -501,9 +382,9 @@ func Down(ctx context.Context, o Options) (err error) {
 	if err := preflight(); err != nil {
 		return err
 	}
-	if pid := daemonPID(o.Dir); pid > 0 {
+	if pid := daemonOf(o.Dir).PID(); pid > 0 {
 		o.say("make netns-cluster-down: stopping the cluster daemon (pid %d)", pid)
-		if err := stopDaemon(pid, o.Dir, time.Minute); err != nil {
+		if err := daemonOf(o.Dir).Stop(pid, time.Minute); err != nil {
 			return err
 		}
 	}
@@ -526,35 +407,6 @@ func Down(ctx context.Context, o Options) (err error) {
 	}
 	o.say("make netns-cluster-down: cluster removed (namespaces, processes and %s)", o.show(o.Dir))
 	return nil
-}
-
-// stopDaemon sends SIGTERM and waits for the daemon to exit (it tears the
-// cluster down first), then SIGKILL: its children die with it.
-func stopDaemon(pid int, dir string, grace time.Duration) error {
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signalling the cluster daemon (pid %d): %w", pid, err)
-	}
-	if waitGone(pid, dir, grace) {
-		return nil
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("killing the cluster daemon (pid %d): %w", pid, err)
-	}
-	if !waitGone(pid, dir, 10*time.Second) {
-		return fmt.Errorf("the cluster daemon (pid %d) is still running after SIGKILL", pid)
-	}
-	return nil
-}
-
-func waitGone(pid int, dir string, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for isDaemon(pid, dir) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
 }
 
 // Shell replaces this process with a command inside a host's namespace
@@ -606,7 +458,7 @@ func readRunning(o Options) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if daemonPID(o.Dir) == 0 {
+	if daemonOf(o.Dir).PID() == 0 {
 		return nil, fmt.Errorf("%w: the daemon of %s (pid %d) is gone; make netns-cluster-down, then make netns-cluster", ErrNoCluster, o.Dir, st.PID)
 	}
 	return st, nil
@@ -647,4 +499,10 @@ func execIn(ns string, argv, env []string) error {
 		return cmd.Err
 	}
 	return syscall.Exec(cmd.Path, cmd.Args, env)
+}
+
+// daemonOf names the cluster daemon of state directory dir.
+func daemonOf(dir string) daemon.Daemon {
+	return daemon.Daemon{Tool: "kproxy-nscluster", Dir: dir, PIDFile: filepath.Join(dir, PIDFile),
+		LogFile: filepath.Join(dir, LogFile), StateFile: filepath.Join(dir, StateFile)}
 }

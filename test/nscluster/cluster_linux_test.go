@@ -73,7 +73,7 @@ func TestMakeCluster(t *testing.T) {
 	if st, err = ReadState(dir); err != nil {
 		t.Fatal(err)
 	}
-	if daemonPID(dir) != st.PID {
+	if daemonOf(dir).PID() != st.PID {
 		t.Fatalf("the cluster daemon (pid %d) is not running after make netns-cluster returned", st.PID)
 	}
 

@@ -37,17 +37,17 @@ func TestDownLeavesForeignDirectories(t *testing.T) {
 // TestIsDaemon: only a live "kproxy-nscluster -dir DIR ... run" counts, so
 // Down never signals a reused pid.
 func TestIsDaemon(t *testing.T) {
-	if isDaemon(os.Getpid(), "/x") {
+	if daemonOf("/x").Is(os.Getpid()) {
 		t.Error("the test binary taken for a cluster daemon")
 	}
-	if isDaemon(1<<30, "/x") {
+	if daemonOf("/x").Is(1 << 30) {
 		t.Error("a pid that cannot exist taken for a cluster daemon")
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if pid := daemonPID(dir); pid != 0 {
-		t.Errorf("daemonPID with pid 1 recorded = %d, want 0", pid)
+	if pid := daemonOf(dir).PID(); pid != 0 {
+		t.Errorf("the daemon's pid with pid 1 recorded = %d, want 0", pid)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kproxy/kproxy/deploy"
+	"github.com/kproxy/kproxy/test/internal/daemon"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -124,32 +125,7 @@ func ReadState(dir string) (*State, error) {
 
 // WriteState writes s to dir's StateFile atomically.
 func WriteState(dir string, s *State) error {
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(filepath.Join(dir, StateFile), append(data, '\n'), 0o644)
-}
-
-// writeAtomic writes a temporary file next to path and renames it.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return daemon.WriteJSON(filepath.Join(dir, StateFile), s)
 }
 
 // Host resolves a name given to make netns-shell: a host of the cluster, or
