@@ -1,13 +1,13 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/intent"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // Node holds the node-wide facts the fixed objects depend on.
@@ -92,7 +92,7 @@ type baseChain struct {
 	typ      knftables.BaseChainType
 	hook     knftables.BaseChainHook
 	priority knftables.BaseChainPriority
-	rules    []string
+	rules    []nft.Rule
 }
 
 func (c baseChain) object() *knftables.Chain {
@@ -107,66 +107,84 @@ func (c baseChain) object() *knftables.Chain {
 
 // fixedChains renders the fixed chains for the node's facts.
 func (r *renderer) fixedChains(n Node) []baseChain {
-	ip := r.f.ip
-	services := []string{ip + " daddr . meta l4proto . th dport vmap @" + MapFrontends}
 	// nodePort matches a packet to a NodePort address.
-	var nodePort string
-	switch {
-	case n.NodePortsAll && n.Localhost:
-		nodePort = "fib daddr type local"
-	case n.NodePortsAll:
-		nodePort = fmt.Sprintf("fib daddr type local %s daddr != %s", ip, r.f.loopback)
-	default:
-		nodePort = fmt.Sprintf("%s daddr @%s", ip, SetNodePorts)
+	nodePort := func() []nft.Stmt {
+		switch {
+		case n.NodePortsAll && n.Localhost:
+			return []nft.Stmt{fibType("daddr", "local")}
+		case n.NodePortsAll:
+			return []nft.Stmt{fibType("daddr", "local"), ne(r.f.field("daddr"), r.f.loopback)}
+		}
+		return []nft.Stmt{inSet(SetNodePorts, r.f.field("daddr"))}
 	}
-	services = append(services, nodePort+" meta l4proto . th dport vmap @"+MapNodePorts)
-	mark := fmt.Sprintf("0x%08x", uint32(1)<<r.cfg.MasqueradeBit)
-	masq := "masquerade"
-	if r.cfg.RandomFully {
-		masq += " fully-random"
+	services := []nft.Rule{
+		{&nft.VMap{Key: []nft.Expr{r.f.field("daddr"), l4proto(), dport("th")}, Map: MapFrontends}},
+		append(nodePort(), &nft.VMap{Key: []nft.Expr{l4proto(), dport("th")}, Map: MapNodePorts}),
 	}
+	mark := nft.Hex32(uint32(1) << r.cfg.MasqueradeBit)
+	masq := func() *nft.Masquerade {
+		if r.cfg.RandomFully {
+			return &nft.Masquerade{Flags: []string{"fully-random"}}
+		}
+		return &nft.Masquerade{}
+	}
+	dnat, _ := nft.CTStatus("dnat")
+	markClear := eq(&nft.Meta{Key: "mark"}, nft.Num(0))
+	markClear.Mask, markClear.Op = &mark, nft.OpEq
 	out := []baseChain{
 		{name: ChainServices, rules: services},
-		{name: ChainMarkMasq, rules: []string{"meta mark set meta mark | " + mark}},
-		{name: ChainMasquerading, rules: []string{
+		{name: ChainMarkMasq, rules: []nft.Rule{{&nft.MarkSet{Op: "|", Val: mark}}}},
+		{name: ChainMasquerading, rules: []nft.Rule{
 			// Hairpin: a pod reaching itself through a Service is
 			// masqueraded so that the answer comes back through the node.
-			"ct status dnat " + ip + " saddr . " + ip + " daddr @" + SetHairpin + " " + masq,
-			"meta mark & " + mark + " == 0 return",
-			"meta mark set meta mark ^ " + mark + " " + masq,
+			{eq(&nft.CT{Key: "status"}, dnat), inSet(SetHairpin, r.f.field("saddr"), r.f.field("daddr")), masq()},
+			{markClear, &nft.Verdict{Kind: "return"}},
+			{&nft.MarkSet{Op: "^", Val: mark}, masq()},
 		}},
-		{name: ChainReject, rules: []string{
+		{name: ChainReject, rules: []nft.Rule{
 			// A process of the node sending to one of the node's own
 			// addresses (its NodePorts) is refused on input, where the
 			// packet arrives through loopback: rejected here, in the
 			// output hook, a UDP sender would get EPERM from sendto where
 			// upstream's clients get "connection refused" (issue 27).
 			// Only the output hook knows the output interface.
-			`oifname "lo" return`,
+			{eq(&nft.Meta{Key: "oifname"}, nft.Quoted("lo")), &nft.Verdict{Kind: "return"}},
 			// TCP gets a reset (refused at once on both families), the
 			// rest an ICMP port unreachable.
-			"meta l4proto tcp reject with tcp reset",
-			"reject",
+			{eq(l4proto(), nftProto("tcp")), &nft.Reject{With: "tcp reset"}},
+			{&nft.Reject{}},
 		}},
 		{name: ChainNATPrerouting, typ: knftables.NATType, hook: knftables.PreroutingHook, priority: knftables.DNATPriority,
-			rules: []string{"jump " + ChainServices}},
+			rules: []nft.Rule{{nft.Jump(ChainServices)}}},
 		{name: ChainNATOutput, typ: knftables.NATType, hook: knftables.OutputHook, priority: "-100",
-			rules: []string{"jump " + ChainServices}},
+			rules: []nft.Rule{{nft.Jump(ChainServices)}}},
 		{name: ChainNATPostrouting, typ: knftables.NATType, hook: knftables.PostroutingHook, priority: knftables.SNATPriority,
-			rules: []string{"jump " + ChainMasquerading}},
+			rules: []nft.Rule{{nft.Jump(ChainMasquerading)}}},
 	}
-	var forward, guard []string
+	var forward, guard []nft.Rule
 	if !r.cfg.TCPBeLiberal {
-		forward = append(forward, "ct state invalid drop")
+		forward = append(forward, nft.Rule{eq(&nft.CT{Key: "state"}, nft.Name("invalid")), &nft.Verdict{Kind: "drop"}})
 	}
 	if n.Localhost {
 		// CVE-2020-8558: with route_localnet, packets to 127.0.0.0/8 from
 		// elsewhere are dropped unless they are DNATed NodePort traffic or
 		// its replies.
-		guard = append(guard, "ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state != { established, related } ct status & dnat == 0 drop")
+		loopback := nft.Prefix(netip.MustParsePrefix("127.0.0.0/8"))
+		notDNAT := eq(&nft.CT{Key: "status"}, nft.Num(0))
+		notDNAT.Mask, notDNAT.Op = &dnat, nft.OpEq
+		guard = append(guard, nft.Rule{
+			eq(&nft.Payload{Base: "ip", Field: "daddr"}, loopback),
+			ne(&nft.Payload{Base: "ip", Field: "saddr"}, loopback),
+			&nft.Match{Left: []nft.Expr{&nft.CT{Key: "state"}}, Op: nft.OpNe, Right: []nft.Key{{nft.Name("established")}, {nft.Name("related")}}, Anon: true},
+			notDNAT,
+			&nft.Verdict{Kind: "drop"},
+		})
 	}
-	input := append(slices.Clone(guard),
-		"ct state new "+nodePort+" meta l4proto . th dport @"+SetNodePortRejects+" goto "+ChainReject)
+	input := append(slices.Clone(guard), slices.Concat(
+		[]nft.Stmt{eq(&nft.CT{Key: "state"}, nft.Name("new"))},
+		nodePort(),
+		[]nft.Stmt{inSet(SetNodePortRejects, l4proto(), dport("th")), nft.Goto(ChainReject)},
+	))
 	out = append(out,
 		baseChain{name: ChainFilterForward, typ: knftables.FilterType, hook: knftables.ForwardHook, priority: knftables.FilterPriority,
 			rules: append(slices.Clone(guard), forward...)},
@@ -195,7 +213,7 @@ func (r *renderer) canaries() []elem {
 // depends on the node (the pod CIDRs and the NodePort addresses).
 func (r *renderer) fixedElems(n Node) []elem {
 	out := r.canaries()
-	if n.PodSources && r.podMatch == r.f.ip+" saddr @"+SetPodCIDRs {
+	if n.PodSources && r.podMatch != nil && r.podMatch.Set == SetPodCIDRs {
 		for _, p := range n.PodCIDRs {
 			out = append(out, elem{set: SetPodCIDRs, key: p.String()})
 		}

@@ -33,12 +33,14 @@ package nftables
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"net/netip"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/kproxy/kproxy/pkg/proxy"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // TableName is the name of kproxy's table in each family.
@@ -76,19 +78,19 @@ func Family(f v1.IPFamily) knftables.Family {
 	return knftables.IPv4Family
 }
 
-// fam holds the family-specific words of rule text.
+// fam holds the family-specific words of rules.
 type fam struct {
 	nft      knftables.Family
-	ip       string // "ip" or "ip6"
-	addr     string // "ipv4_addr" or "ipv6_addr"
-	loopback string // "127.0.0.0/8" or "::1"
+	ip       string    // "ip" or "ip6"
+	addr     string    // "ipv4_addr" or "ipv6_addr"
+	loopback nft.Value // 127.0.0.0/8 or ::1
 }
 
 func famOf(f v1.IPFamily) fam {
 	if f == v1.IPv6Protocol {
-		return fam{nft: knftables.IPv6Family, ip: "ip6", addr: "ipv6_addr", loopback: "::1"}
+		return fam{nft: knftables.IPv6Family, ip: "ip6", addr: "ipv6_addr", loopback: nft.Addr(netip.IPv6Loopback())}
 	}
-	return fam{nft: knftables.IPv4Family, ip: "ip", addr: "ipv4_addr", loopback: "127.0.0.0/8"}
+	return fam{nft: knftables.IPv4Family, ip: "ip", addr: "ipv4_addr", loopback: nft.Prefix(netip.MustParsePrefix("127.0.0.0/8"))}
 }
 
 // hash8 returns 8 base32 characters of the SHA-256 of s (lower case).

@@ -15,6 +15,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/pmap"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // Input is what one render needs.
@@ -324,7 +325,7 @@ func (t *tx) addChain(c chainDef) {
 		t.chains = append(t.chains, op{verb: "flush", obj: &knftables.Chain{Name: c.name}})
 	}
 	for _, r := range c.rules {
-		t.rules = append(t.rules, op{verb: "add", obj: &knftables.Rule{Chain: c.name, Rule: r}})
+		t.rules = append(t.rules, op{verb: "add", obj: &knftables.Rule{Chain: c.name, Rule: r.String()}})
 	}
 	t.stats.WrittenChains++
 	t.stats.WrittenRules += len(c.rules)
@@ -519,7 +520,7 @@ func (rd *Renderer) writeFixed(r *renderer, t *tx, in Input, next *Applied) {
 	for _, c := range r.fixedChains(in.Node) {
 		t.chains = append(t.chains, op{verb: "add", obj: c.object()}, op{verb: "flush", obj: &knftables.Chain{Name: c.name}})
 		for _, rule := range c.rules {
-			t.rules = append(t.rules, op{verb: "add", obj: &knftables.Rule{Chain: c.name, Rule: rule}})
+			t.rules = append(t.rules, op{verb: "add", obj: &knftables.Rule{Chain: c.name, Rule: rule.String()}})
 		}
 		t.stats.WrittenChains++
 		t.stats.WrittenRules += len(c.rules)
@@ -575,6 +576,34 @@ func (rd *Renderer) wantSet(r *renderer, a *Applied, name string) bool {
 // are replaced by the names. It returns the generation counter.
 func resolveOwn(out, old *portOut, pk string, gen uint64) uint64 {
 	names := map[string]string{}
+	// substRule returns r with its verdicts to own chains by role going to
+	// the chains' names (r itself when none does: rules share nothing a
+	// substitution changes).
+	substRule := func(r nft.Rule) nft.Rule {
+		var out nft.Rule
+		for i, st := range r {
+			v, ok := st.(*nft.Verdict)
+			if !ok {
+				continue
+			}
+			role, ok := strings.CutPrefix(v.Chain, rolePrefix)
+			if !ok {
+				continue
+			}
+			name, ok := names[role]
+			if !ok {
+				continue
+			}
+			if out == nil {
+				out = slices.Clone(r)
+			}
+			out[i] = &nft.Verdict{Kind: v.Kind, Chain: name}
+		}
+		if out == nil {
+			return r
+		}
+		return out
+	}
 	subst := func(s string) string {
 		if !strings.Contains(s, rolePrefix) {
 			return s
@@ -587,7 +616,7 @@ func resolveOwn(out, old *portOut, pk string, gen uint64) uint64 {
 	for i := range out.own {
 		c := &out.own[i]
 		for j := range c.rules {
-			c.rules[j] = subst(c.rules[j])
+			c.rules[j] = substRule(c.rules[j])
 		}
 		if old != nil {
 			for _, oc := range old.own {

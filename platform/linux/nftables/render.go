@@ -11,6 +11,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/intent"
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // elem is one element of a set or map, as nft writes it: the key's and the
@@ -30,14 +31,16 @@ func (e elem) id() elemID { return elemID{e.set, e.key} }
 // chainDef is a chain and its rules.
 type chainDef struct {
 	name  string
-	rules []string
+	rules []nft.Rule
 	// role names a port's own chain within the port ("eps-cluster",
 	// "route-ip", "fw-192.168.1.1"), so a rendering whose content did not
 	// change keeps the chain's name; empty for shared chains.
 	role string
 }
 
-func (c chainDef) sameRules(o chainDef) bool { return slices.Equal(c.rules, o.rules) }
+func (c chainDef) sameRules(o chainDef) bool {
+	return slices.EqualFunc(c.rules, o.rules, func(a, b nft.Rule) bool { return a.String() == b.String() })
+}
 
 // setDef is a named set a port owns (an affinity set).
 type setDef struct {
@@ -65,26 +68,27 @@ type portOut struct {
 type renderer struct {
 	cfg facts.Config
 	f   fam
-	// podMatch and notPodMatch match traffic from pods ("" when pods
+	// podMatch and notPodMatch match traffic from pods (nil when pods
 	// cannot be told apart).
-	podMatch, notPodMatch string
+	podMatch, notPodMatch *nft.Match
 	// jumpMasq marks a connection for masquerading.
-	jumpMasq string
+	jumpMasq nft.Verdict
 }
 
 func newRenderer(cfg facts.Config, podSources bool) *renderer {
-	r := &renderer{cfg: cfg, f: famOf(cfg.Family), jumpMasq: "jump " + ChainMarkMasq}
+	r := &renderer{cfg: cfg, f: famOf(cfg.Family), jumpMasq: *nft.Jump(ChainMarkMasq)}
 	if podSources {
+		iifname := &nft.Meta{Key: "iifname"}
 		switch cfg.LocalDetect {
 		case facts.LocalBridgeInterface:
-			r.podMatch = fmt.Sprintf("iifname %q", cfg.LocalInterface)
-			r.notPodMatch = fmt.Sprintf("iifname != %q", cfg.LocalInterface)
+			r.podMatch = eq(iifname, nft.Quoted(cfg.LocalInterface))
+			r.notPodMatch = ne(iifname, nft.Quoted(cfg.LocalInterface))
 		case facts.LocalInterfaceNamePrefix:
-			r.podMatch = fmt.Sprintf("iifname %q", cfg.LocalInterface+"*")
-			r.notPodMatch = fmt.Sprintf("iifname != %q", cfg.LocalInterface+"*")
+			r.podMatch = eq(iifname, nft.Quoted(cfg.LocalInterface+"*"))
+			r.notPodMatch = ne(iifname, nft.Quoted(cfg.LocalInterface+"*"))
 		default:
-			r.podMatch = r.f.ip + " saddr @" + SetPodCIDRs
-			r.notPodMatch = r.f.ip + " saddr != @" + SetPodCIDRs
+			r.podMatch = inSet(SetPodCIDRs, r.f.field("saddr"))
+			r.notPodMatch = &nft.Match{Left: []nft.Expr{r.f.field("saddr")}, Op: nft.OpNe, Set: SetPodCIDRs}
 		}
 	}
 	return r
@@ -93,7 +97,7 @@ func newRenderer(cfg facts.Config, podSources bool) *renderer {
 // selection is how one endpoint set of a port is picked from.
 type selection struct {
 	// target is the verdict that picks: "goto <chain>".
-	target string
+	target nft.Verdict
 	// shared is the shared DNAT chain it goes to (nil when own).
 	shared *chainDef
 	// own: a chain of the port's own picks (no endpoint slots).
@@ -125,10 +129,10 @@ func (r *renderer) port(p *intent.Port) *portOut {
 				epsChains[s] = &c
 				out.addOwn(c)
 			}
-			sel = selection{target: "goto " + epsChains[s].chainRef(), own: true}
+			sel = selection{target: *nft.Goto(epsChains[s].chainRef()), own: true}
 		default:
 			c := r.dnatChain(s, np, p, len(eps))
-			sel = selection{target: "goto " + c.name, shared: &c}
+			sel = selection{target: *nft.Goto(c.name), shared: &c}
 		}
 		sels[k] = sel
 		return sel
@@ -152,7 +156,7 @@ func (r *renderer) port(p *intent.Port) *portOut {
 		}
 		// The endpoint slots each DNAT route of the frontend reads (once
 		// per set: several source classes may share one).
-		targets := [3]string{}
+		targets := [3]nft.Verdict{}
 		var slotted [2]bool
 		for si, rt := range fe.Routes {
 			switch rt.Verdict {
@@ -164,9 +168,9 @@ func (r *renderer) port(p *intent.Port) *portOut {
 					out.elems = r.slots(out.elems, p, rt.Set, np, slotKey)
 				}
 			case intent.Reject:
-				targets[si] = "goto " + ChainReject
+				targets[si] = *nft.Goto(ChainReject)
 			case intent.Drop:
-				targets[si] = "drop"
+				targets[si] = nft.Verdict{Kind: "drop"}
 			}
 		}
 		verdict, chains := r.route(fe, targets, np)
@@ -180,9 +184,9 @@ func (r *renderer) port(p *intent.Port) *portOut {
 		if len(fe.SourceRanges) > 0 {
 			fw := r.firewall(fe, verdict)
 			out.addOwn(fw)
-			verdict = "goto " + fw.chainRef()
+			verdict = *nft.Goto(fw.chainRef())
 		}
-		out.elems = append(out.elems, elem{set: m, key: key, val: verdict})
+		out.elems = append(out.elems, elem{set: m, key: key, val: verdict.String()})
 		if np && fe.Routes[intent.FromNode].Verdict == intent.Reject {
 			out.elems = append(out.elems, elem{set: SetNodePortRejects, key: key})
 		}
@@ -264,21 +268,21 @@ func (r *renderer) slots(out []elem, p *intent.Port, s intent.Set, np bool, key 
 func (r *renderer) dnatChain(s intent.Set, np bool, p *intent.Port, n int) chainDef {
 	proto := ProtoName(p.Protocol)
 	kind := "ip"
-	key := r.f.ip + " daddr . " + proto + " dport"
+	key := []nft.Expr{r.f.field("daddr"), dport(proto)}
 	if np {
 		kind = "np"
-		key = proto + " dport"
+		key = []nft.Expr{dport(proto)}
 	}
-	var name, slot string
+	var name string
 	if hashed(p, s) {
 		name = fmt.Sprintf("dnat-%s-%s-%s-hash", s, kind, proto)
-		slot = fmt.Sprintf("jhash %s saddr mod %d seed 0x%08x", r.f.ip, proxy.SourceHashSlots, proxy.SourceHashSeed)
+		key = append(key, &nft.Jhash{Of: r.f.field("saddr"), Mod: proxy.SourceHashSlots, Seed: proxy.SourceHashSeed})
 	} else {
 		name = fmt.Sprintf("dnat-%s-%s-%s-r%d", s, kind, proto, n)
-		slot = fmt.Sprintf("numgen random mod %d", n)
+		key = append(key, &nft.Numgen{Mode: "random", Mod: uint64(n)})
 	}
-	return chainDef{name: name, rules: []string{
-		fmt.Sprintf("dnat %s to %s . %s map @%s", r.f.ip, key, slot, slotMap(s, np, proto)),
+	return chainDef{name: name, rules: []nft.Rule{
+		{&nft.DNAT{Family: r.f.ip, Key: key, Map: slotMap(s, np, proto)}},
 	}}
 }
 
@@ -292,14 +296,16 @@ func (r *renderer) epsChain(p *intent.Port, s intent.Set, out *portOut) chainDef
 	weights := p.Weights(s)
 	proto := ProtoName(p.Protocol)
 	c := chainDef{role: "eps-" + s.String()}
+	dnat := func(ep proxy.Endpoint) []nft.Stmt {
+		return []nft.Stmt{eq(l4proto(), nftProto(proto)), &nft.DNAT{Family: r.f.ip, Addr: ep.IP, Port: uint16(ep.Port)}}
+	}
 	var affSets []string
 	if p.AffinitySeconds > 0 {
 		for _, ep := range eps {
 			name := "aff-" + hash8(fmt.Sprintf("%s/%s/%d/%s", portKey(p.Name), s, p.AffinitySeconds, ep.AddrPort()))
 			affSets = append(affSets, name)
 			out.sets = append(out.sets, setDef{name: name, typ: r.f.addr, flags: []string{"dynamic", "timeout"}, timeout: p.AffinitySeconds})
-			c.rules = append(c.rules, fmt.Sprintf("%s saddr @%s update @%s { %s saddr } meta l4proto %s dnat %s to %s",
-				r.f.ip, name, name, r.f.ip, proto, r.f.ip, ep.AddrPort()))
+			c.rules = append(c.rules, append(nft.Rule{inSet(name, r.f.field("saddr")), &nft.Update{Set: name, Key: r.f.field("saddr")}}, dnat(ep)...))
 		}
 	}
 	n := len(eps)
@@ -308,34 +314,35 @@ func (r *renderer) epsChain(p *intent.Port, s intent.Set, out *portOut) chainDef
 		rest += w
 	}
 	for i, ep := range eps {
-		var b strings.Builder
+		var rl nft.Rule
 		if i < n-1 {
 			switch {
 			case p.Algorithm == proxy.AlgorithmRoundRobin:
-				fmt.Fprintf(&b, "numgen inc mod %d 0 ", n-i)
+				rl = append(rl, eq(&nft.Numgen{Mode: "inc", Mod: uint64(n - i)}, nft.Num(0)))
 			case weights != nil:
 				// numgen random mod 2^31 < p·2^31: this endpoint's weight
 				// over the weights of the endpoints left.
-				fmt.Fprintf(&b, "numgen random mod %d < %d ", 1<<31, int64(math.Round(weights[i]/rest*(1<<31))))
+				lt := eq(&nft.Numgen{Mode: "random", Mod: 1 << 31}, nft.Num(uint64(math.Round(weights[i]/rest*(1<<31)))))
+				lt.Op = nft.OpLt
+				rl = append(rl, lt)
 			default:
-				fmt.Fprintf(&b, "numgen random mod %d 0 ", n-i)
+				rl = append(rl, eq(&nft.Numgen{Mode: "random", Mod: uint64(n - i)}, nft.Num(0)))
 			}
 		}
 		if weights != nil {
 			rest -= weights[i]
 		}
 		if affSets != nil {
-			fmt.Fprintf(&b, "update @%s { %s saddr } ", affSets[i], r.f.ip)
+			rl = append(rl, &nft.Update{Set: affSets[i], Key: r.f.field("saddr")})
 		}
-		fmt.Fprintf(&b, "meta l4proto %s dnat %s to %s", proto, r.f.ip, ep.AddrPort())
-		c.rules = append(c.rules, b.String())
+		c.rules = append(c.rules, append(rl, dnat(ep)...))
 	}
 	return c
 }
 
 // route returns the verdict of frontend fe's dispatch element, given the
 // verdict each source class's route ends with, and the chains it needs.
-func (r *renderer) route(fe *intent.Frontend, targets [3]string, np bool) (string, []chainDef) {
+func (r *renderer) route(fe *intent.Frontend, targets [3]nft.Verdict, np bool) (nft.Verdict, []chainDef) {
 	const pod, node, out = intent.FromPod, intent.FromNode, intent.FromOutside
 	rt := fe.Routes
 	var masq []intent.Source
@@ -344,49 +351,56 @@ func (r *renderer) route(fe *intent.Frontend, targets [3]string, np bool) (strin
 			masq = append(masq, s)
 		}
 	}
-	var rulesOut []string
+	jumpMasq := func() *nft.Verdict { return verdict(r.jumpMasq) }
+	var rulesOut []nft.Rule
 	pattern := ""
 	switch {
 	case len(masq) == 0:
 	case len(masq) == 3:
 		pattern = "all"
-		rulesOut = append(rulesOut, r.jumpMasq)
-	case slices.Equal(masq, []intent.Source{node, out}) && r.notPodMatch != "":
+		rulesOut = append(rulesOut, nft.Rule{jumpMasq()})
+	case slices.Equal(masq, []intent.Source{node, out}) && r.notPodMatch != nil:
 		pattern = "nonpod"
-		rulesOut = append(rulesOut, r.notPodMatch+" "+r.jumpMasq)
+		rulesOut = append(rulesOut, nft.Rule{r.notPodMatch, jumpMasq()})
 	default:
 		pattern = "mixed"
 		for _, s := range masq {
 			switch s {
 			case pod:
-				rulesOut = append(rulesOut, r.podMatch+" "+r.jumpMasq)
-			case node:
-				rulesOut = append(rulesOut, "fib saddr type local "+r.jumpMasq)
-			case out:
-				m := "fib saddr type != local"
-				if r.notPodMatch != "" {
-					m = r.notPodMatch + " " + m
+				if r.podMatch != nil {
+					rulesOut = append(rulesOut, nft.Rule{r.podMatch, jumpMasq()})
+				} else {
+					rulesOut = append(rulesOut, nft.Rule{jumpMasq()})
 				}
-				rulesOut = append(rulesOut, m+" "+r.jumpMasq)
+			case node:
+				rulesOut = append(rulesOut, nft.Rule{fibType("saddr", "local"), jumpMasq()})
+			case out:
+				notLocal := fibType("saddr", "local")
+				notLocal.Op = nft.OpNe
+				if r.notPodMatch != nil {
+					rulesOut = append(rulesOut, nft.Rule{r.notPodMatch, notLocal, jumpMasq()})
+				} else {
+					rulesOut = append(rulesOut, nft.Rule{notLocal, jumpMasq()})
+				}
 			}
 		}
 	}
 	split := false
-	if r.podMatch != "" && targets[pod] != targets[out] {
-		rulesOut = append(rulesOut, r.podMatch+" "+targets[pod])
+	if r.podMatch != nil && targets[pod] != targets[out] {
+		rulesOut = append(rulesOut, nft.Rule{r.podMatch, verdict(targets[pod])})
 		split = true
 	}
 	if targets[node] != targets[out] {
-		rulesOut = append(rulesOut, "fib saddr type local "+targets[node])
+		rulesOut = append(rulesOut, nft.Rule{fibType("saddr", "local"), verdict(targets[node])})
 		split = true
 	}
 	if len(rulesOut) == 0 {
 		return targets[out], nil // straight to the DNAT chain, reject, or drop
 	}
-	rulesOut = append(rulesOut, targets[out])
+	rulesOut = append(rulesOut, nft.Rule{verdict(targets[out])})
 	// A chain pointing at a port's own chain is the port's own; others
 	// are shared by every frontend with the same routes.
-	own := slices.ContainsFunc(targets[:], func(t string) bool { return strings.HasPrefix(t, "goto "+rolePrefix) })
+	own := slices.ContainsFunc(targets[:], func(t nft.Verdict) bool { return t.Kind == "goto" && strings.HasPrefix(t.Chain, rolePrefix) })
 	var c chainDef
 	switch {
 	case own:
@@ -399,11 +413,11 @@ func (r *renderer) route(fe *intent.Frontend, targets [3]string, np bool) (strin
 		}
 		c = chainDef{role: role, rules: rulesOut}
 	case !split:
-		c = chainDef{name: "masq-" + pattern + "-" + strings.TrimPrefix(targets[out], "goto "), rules: rulesOut}
+		c = chainDef{name: "masq-" + pattern + "-" + strings.TrimPrefix(targets[out].String(), "goto "), rules: rulesOut}
 	default:
-		c = chainDef{name: "split-" + hash8(strings.Join(rulesOut, "\n")), rules: rulesOut}
+		c = chainDef{name: "split-" + hash8(rulesText(rulesOut)), rules: rulesOut}
 	}
-	return "goto " + c.chainRef(), []chainDef{c}
+	return *nft.Goto(c.chainRef()), []chainDef{c}
 }
 
 // chainRef is the name a verdict uses: a port's own chains get their name
@@ -422,16 +436,16 @@ const rolePrefix = "@role:"
 
 // firewall is a load balancer IP frontend's own chain: sources outside
 // the ranges (and not allowed) are dropped, the rest go on to verdict.
-func (r *renderer) firewall(fe *intent.Frontend, verdict string) chainDef {
-	var allow []string
+func (r *renderer) firewall(fe *intent.Frontend, v nft.Verdict) chainDef {
+	var allow []nft.Key
 	for _, p := range fe.SourceRanges {
-		allow = append(allow, p.String())
+		allow = append(allow, nft.Key{nft.Prefix(p)})
 	}
 	for _, a := range fe.AllowedSources {
-		allow = append(allow, a.String())
+		allow = append(allow, nft.Key{nft.Addr(a)})
 	}
-	return chainDef{role: "fw-" + hash8(fe.Addr.String()), rules: []string{
-		fmt.Sprintf("%s saddr != { %s } drop", r.f.ip, strings.Join(allow, ", ")),
-		verdict,
+	return chainDef{role: "fw-" + hash8(fe.Addr.String()), rules: []nft.Rule{
+		{&nft.Match{Left: []nft.Expr{r.f.field("saddr")}, Op: nft.OpNe, Right: allow, Anon: true}, &nft.Verdict{Kind: "drop"}},
+		{verdict(v)},
 	}}
 }

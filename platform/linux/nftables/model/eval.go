@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 	"github.com/kproxy/kproxy/platform/linux/trace"
 )
 
@@ -25,7 +26,7 @@ func (t *Tracer) Trace(h trace.Host, p trace.Packet) ([]trace.Outcome, error) {
 	if p.Src.Is6() != (t.ip == "ip6") || p.Dst.Is6() != (t.ip == "ip6") {
 		return nil, fmt.Errorf("%s: not an %s packet (the table is of family %s)", p, t.ip, t.ip)
 	}
-	if _, ok := protoNums[p.Proto]; !ok || p.Proto == "icmp" || p.Proto == "icmpv6" {
+	if _, ok := nft.Protocols[p.Proto]; !ok || p.Proto == "icmp" || p.Proto == "icmpv6" {
 		return nil, fmt.Errorf("%s: protocol %q: want tcp, udp or sctp", p, p.Proto)
 	}
 	if p.Local && p.InIface != "" {
@@ -88,7 +89,7 @@ func (t *Tracer) hook(h trace.Host, hk string, in []trace.Branch) ([]trace.Branc
 			for _, r := range res {
 				switch r.End {
 				case trace.EndNone:
-					if c.policy == "drop" {
+					if c.Policy == "drop" {
 						r.St.Note("%s: end of base chain, policy drop", c.name)
 						r.End = trace.EndDrop
 					}
@@ -108,8 +109,8 @@ func (t *Tracer) walk(h trace.Host, c *tchain, st trace.State, depth int) ([]tra
 	if err := trace.CheckDepth(depth, "chain "+c.name); err != nil {
 		return nil, err
 	}
-	if c.hook != "" {
-		st.Note("%s: hook %s (type %s, priority %d)", c.name, c.hook, c.typ, c.priority)
+	if c.Hook != "" {
+		st.Note("%s: hook %s (type %s, priority %d)", c.name, c.Hook, c.Type, c.Priority)
 	}
 	return t.walkFrom(h, c, 0, st, depth)
 }
@@ -129,22 +130,22 @@ func (t *Tracer) ruleRef(c *tchain, i int) string {
 	return fmt.Sprintf("%s #%d", c.name, c.rules[i].num)
 }
 
-// evalItems evaluates rule i of c from its item k. A match that fails sends
-// the branch on to the next rule.
+// evalItems evaluates rule i of c from its statement k. A match that fails
+// sends the branch on to the next rule.
 func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, depth int) ([]trace.Branch, error) {
 	r := c.rules[i]
 	if k == 0 && t.visit != nil {
 		t.visit(c.name, r.num)
 	}
-	if k == len(r.items) {
+	if k == len(r.stmts) {
 		// Matched, no verdict: the next rule.
 		st.Note("%s: %s", t.ruleRef(c, i), r.text)
 		return t.walkFrom(h, c, i+1, st, depth)
 	}
 	next := func(st trace.State) ([]trace.Branch, error) { return t.evalItems(h, c, i, k+1, st, depth) }
 	fail := func(st trace.State) ([]trace.Branch, error) { return t.walkFrom(h, c, i+1, st, depth) }
-	switch it := r.items[k].(type) {
-	case *cond:
+	switch it := r.stmts[k].(type) {
+	case *nft.Match:
 		alts, err := t.evalCond(h, c, r, k, it, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
@@ -179,26 +180,27 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 			out = append(out, res...)
 		}
 		return out, nil
-	case *markItem:
-		switch it.op {
-		case "=":
-			st.Mark = it.val
+	case *nft.MarkSet:
+		val := uint32(it.Val.Num)
+		switch it.Op {
+		case "":
+			st.Mark = val
 		case "|":
-			st.Mark |= it.val
+			st.Mark |= val
 		case "^":
-			st.Mark ^= it.val
+			st.Mark ^= val
 		case "&":
-			st.Mark &= it.val
+			st.Mark &= val
 		}
 		return next(st)
-	case *updateItem:
-		st.AddAffinity(it.set)
+	case *nft.Update:
+		st.AddAffinity(it.Set)
 		return next(st)
-	case *verdictItem:
+	case *nft.Verdict:
 		st.Note("%s: %s", t.ruleRef(c, i), r.text)
 		return t.verdict(h, c, i, it, st, depth)
-	case *vmapItem:
-		alts, err := t.evalConcat(h, c, r, k, it.exprs, &st)
+	case *nft.VMap:
+		alts, err := t.evalConcat(h, c, r, k, it.Key, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
 		}
@@ -213,9 +215,9 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 				out = append(out, res...)
 				continue
 			}
-			e := t.sets[it.set].lookup(a.vals)
+			e := t.sets[it.Map].lookup(a.vals)
 			if e == nil {
-				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.set)
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.Map)
 				res, err := fail(s)
 				if err != nil {
 					return nil, err
@@ -223,24 +225,24 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 				out = append(out, res...)
 				continue
 			}
-			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.verdict)
-			res, err := t.verdict(h, c, i, e.verdict, s, depth)
+			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.Verdict)
+			res, err := t.verdict(h, c, i, e.Verdict, s, depth)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, res...)
 		}
 		return out, nil
-	case *dnatItem:
-		if it.mapName == "" {
-			st.Dst, st.DNAT = it.to, true
-			if it.toPort != 0 {
-				st.DstPort = it.toPort
+	case *nft.DNAT:
+		if it.Map == "" {
+			st.Dst, st.DNAT = it.Addr, true
+			if it.Port != 0 {
+				st.DstPort = it.Port
 			}
 			st.Note("%s: %s", t.ruleRef(c, i), r.text)
 			return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 		}
-		alts, err := t.evalConcat(h, c, r, k, it.exprs, &st)
+		alts, err := t.evalConcat(h, c, r, k, it.Key, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
 		}
@@ -255,9 +257,9 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 				out = append(out, res...)
 				continue
 			}
-			e := t.sets[it.mapName].lookup(a.vals)
+			e := t.sets[it.Map].lookup(a.vals)
 			if e == nil {
-				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.mapName)
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.Map)
 				res, err := fail(s)
 				if err != nil {
 					return nil, err
@@ -265,38 +267,38 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 				out = append(out, res...)
 				continue
 			}
-			if len(e.val) < 1 || len(e.val) > 2 || e.val[0].kind != 'a' || (len(e.val) == 2 && e.val[1].kind != 'n') {
+			if len(e.Data) < 1 || len(e.Data) > 2 || e.Data[0].Kind != nft.KindAddr || (len(e.Data) == 2 && e.Data[1].Kind != nft.KindNum) {
 				return nil, fmt.Errorf("%s (%s): element %s: want address [. port]", t.ruleRef(c, i), r.text, e.text)
 			}
-			s.Dst, s.DNAT = e.val[0].addr, true
-			if len(e.val) == 2 {
-				s.DstPort = uint16(e.val[1].num)
+			s.Dst, s.DNAT = e.Data[0].Addr, true
+			if len(e.Data) == 2 {
+				s.DstPort = uint16(e.Data[1].Num)
 			}
 			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, a.describe(), netip.AddrPortFrom(s.Dst, s.DstPort))
 			out = append(out, trace.Branch{St: s, End: trace.EndAccept})
 		}
 		return out, nil
-	case *masqItem:
+	case *nft.Masquerade:
 		st.Masq = true
 		st.Note("%s: %s", t.ruleRef(c, i), r.text)
 		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
-	case *opaqueItem:
+	case *nft.Opaque:
 		st.Note("%s: %s: not simulated: what the kernel does with the packet from here is not known", t.ruleRef(c, i), r.text)
 		return []trace.Branch{{St: st, End: trace.EndUnknown}}, nil
-	case *rejectItem:
-		with := it.with
+	case *nft.Reject:
+		with := it.With
 		if with == "" {
 			with = "icmp port unreachable"
 		}
 		st.Note("%s: %s (%s)", t.ruleRef(c, i), r.text, with)
 		return []trace.Branch{{St: st, End: trace.EndReject}}, nil
 	}
-	return nil, fmt.Errorf("%s: item %q not modelled", t.ruleRef(c, i), r.items[k])
+	return nil, fmt.Errorf("%s: statement %q not modelled", t.ruleRef(c, i), r.stmts[k])
 }
 
 // verdict applies a verdict taken in rule i of c.
-func (t *Tracer) verdict(h trace.Host, c *tchain, i int, v *verdictItem, st trace.State, depth int) ([]trace.Branch, error) {
-	switch v.kind {
+func (t *Tracer) verdict(h trace.Host, c *tchain, i int, v *nft.Verdict, st trace.State, depth int) ([]trace.Branch, error) {
+	switch v.Kind {
 	case "return":
 		return []trace.Branch{{St: st}}, nil
 	case "drop":
@@ -304,12 +306,12 @@ func (t *Tracer) verdict(h trace.Host, c *tchain, i int, v *verdictItem, st trac
 	case "accept":
 		return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 	}
-	sub := t.chains[v.chain]
+	sub := t.chains[v.Chain]
 	res, err := t.walk(h, sub, st, depth+1)
 	if err != nil {
 		return nil, err
 	}
-	if v.kind == "goto" {
+	if v.Kind == "goto" {
 		// Never back here: the end of sub (or a return) goes back to the
 		// last jump.
 		return res, nil
@@ -329,18 +331,18 @@ func (t *Tracer) verdict(h trace.Host, c *tchain, i int, v *verdictItem, st trac
 	return out, nil
 }
 
-func (s *tset) lookup(vals []kval) *telem {
+func (s *tset) lookup(vals []nft.Value) *telem {
 	if s.index != nil {
 		return s.index[indexKey(vals)]
 	}
 	for i := range s.elems {
 		e := &s.elems[i]
-		if len(e.key) != len(vals) {
+		if len(e.Key) != len(vals) {
 			continue
 		}
 		ok := true
 		for j := range vals {
-			if !e.key[j].matches(vals[j]) {
+			if !partMatches(e.Key[j], vals[j]) {
 				ok = false
 				break
 			}
@@ -355,7 +357,7 @@ func (s *tset) lookup(vals []kval) *telem {
 // valAlt is one possible value of a concatenation.
 type valAlt struct {
 	p    float64
-	vals []kval
+	vals []nft.Value
 	// absent: a header the packet does not have (tcp dport of a UDP
 	// packet): the rule does not match.
 	absent bool
@@ -387,7 +389,7 @@ func (a valAlt) describe() string {
 
 // evalConcat evaluates a concatenation: every combination of the values
 // its random parts may take.
-func (t *Tracer) evalConcat(h trace.Host, c *tchain, r *trule, k int, exprs []*expr, st *trace.State) ([]valAlt, error) {
+func (t *Tracer) evalConcat(h trace.Host, c *tchain, r *trule, k int, exprs []nft.Expr, st *trace.State) ([]valAlt, error) {
 	alts := []valAlt{{p: 1}}
 	for _, e := range exprs {
 		var next []valAlt
@@ -423,7 +425,7 @@ func (t *Tracer) evalConcat(h trace.Host, c *tchain, r *trule, k int, exprs []*e
 // exprVal is one possible value of an expression.
 type exprVal struct {
 	p      float64
-	val    kval
+	val    nft.Value
 	absent bool
 	note   string
 	ctr    string
@@ -433,46 +435,50 @@ type exprVal struct {
 // maxBranches bounds the values a numgen may branch into.
 const maxBranches = 1 << 16
 
-func (t *Tracer) evalExpr(h trace.Host, c *tchain, r *trule, k int, e *expr, st *trace.State, pending map[string]uint32) ([]exprVal, error) {
+func (t *Tracer) evalExpr(h trace.Host, c *tchain, r *trule, k int, e nft.Expr, st *trace.State, pending map[string]uint32) ([]exprVal, error) {
 	p := st.Pkt
-	one := func(v kval) []exprVal { return []exprVal{{p: 1, val: v}} }
-	switch e.kind {
-	case "saddr":
-		return one(kval{kind: 'a', addr: p.Src}), nil
-	case "daddr":
-		return one(kval{kind: 'a', addr: st.Dst}), nil
-	case "l4proto":
-		return one(kval{kind: 'n', num: protoNums[p.Proto], str: p.Proto}), nil
-	case "dport", "sport":
-		if e.proto != "" && e.proto != p.Proto {
+	one := func(v nft.Value) []exprVal { return []exprVal{{p: 1, val: v}} }
+	switch x := e.(type) {
+	case *nft.Payload:
+		switch x.Field {
+		case "saddr":
+			return one(nft.Addr(p.Src)), nil
+		case "daddr":
+			return one(nft.Addr(st.Dst)), nil
+		}
+		if x.Base != "th" && x.Base != p.Proto {
 			return []exprVal{{p: 1, absent: true}}, nil
 		}
 		port := st.DstPort
-		if e.kind == "sport" {
+		if x.Field == "sport" {
 			port = p.SrcPort
 		}
-		return one(kval{kind: 'n', num: uint64(port)}), nil
-	case "mark":
-		return one(kval{kind: 'n', num: uint64(st.Mark)}), nil
-	case "iifname":
-		return one(kval{kind: 's', str: p.InIface}), nil
-	case "oifname":
-		// Only the output, forward and postrouting hooks know the output
-		// interface (elsewhere the expression breaks: the rule does not
-		// match). A local destination is reached through "lo"; any other
-		// through an interface the model does not name.
+		return one(nft.Num(uint64(port))), nil
+	case *nft.Meta:
+		switch x.Key {
+		case "l4proto":
+			return one(nft.Named(p.Proto, nft.Protocols[p.Proto])), nil
+		case "mark":
+			return one(nft.Num(uint64(st.Mark))), nil
+		case "iifname":
+			return one(nft.Name(p.InIface)), nil
+		}
+		// oifname: only the output, forward and postrouting hooks know the
+		// output interface (elsewhere the expression breaks: the rule does
+		// not match). A local destination is reached through "lo"; any
+		// other through an interface the model does not name.
 		switch st.Hook {
 		case "output", "forward", "postrouting":
 		default:
 			return []exprVal{{p: 1, absent: true}}, nil
 		}
 		if h.IsLocal(st.Dst) {
-			return one(kval{kind: 's', str: "lo"}), nil
+			return one(nft.Name("lo")), nil
 		}
-		return one(kval{kind: 's', str: "(not lo)"}), nil
-	case "fib-saddr", "fib-daddr":
+		return one(nft.Name("(not lo)")), nil
+	case *nft.Fib:
 		a := p.Src
-		if e.kind == "fib-daddr" {
+		if x.Addr == "daddr" {
 			a = st.Dst
 		}
 		typ := "unicast"
@@ -482,77 +488,72 @@ func (t *Tracer) evalExpr(h trace.Host, c *tchain, r *trule, k int, e *expr, st 
 		case a.IsMulticast():
 			typ = "multicast"
 		}
-		return one(kval{kind: 's', str: typ}), nil
-	case "ctstate":
-		return one(kval{kind: 's', str: "new"}), nil
-	case "ctstatus":
+		return one(nft.Name(typ)), nil
+	case *nft.CT:
+		if x.Key == "state" {
+			return one(nft.Name("new")), nil
+		}
 		var s uint64
 		if st.DNAT {
-			s |= ctStatusBits["dnat"]
+			s |= nft.CTStatusBits["dnat"]
 		}
-		return one(kval{kind: 'n', num: s}), nil
-	case "jhash":
+		return one(nft.Num(s)), nil
+	case *nft.Jhash:
 		src := p.Src
-		if e.hashOf.kind == "daddr" {
+		if of, ok := x.Of.(*nft.Payload); ok && of.Field == "daddr" {
 			src = st.Dst
 		}
-		slot := uint64(trace.ClusterSlot(src, e.seed, uint32(e.mod))) + e.off
-		return []exprVal{{p: 1, val: kval{kind: 'n', num: slot}, note: fmt.Sprintf("jhash %s = %d", src, slot)}}, nil
-	case "numgen":
-		if key, ok := t.counterKey(c, r, k, e); ok && st.Counters != nil {
-			v, next := t.incNext(st.Counters, pending, key, e.mod)
-			return []exprVal{{p: 1, val: kval{kind: 'n', num: v + e.off}, note: fmt.Sprintf("numgen inc = %d (counter %s)", v+e.off, key), ctr: key, ctrVal: next}}, nil
+		slot := uint64(trace.ClusterSlot(src, x.Seed, uint32(x.Mod))) + x.Offset
+		return []exprVal{{p: 1, val: nft.Num(slot), note: fmt.Sprintf("jhash %s = %d", src, slot)}}, nil
+	case *nft.Numgen:
+		if key, ok := t.counterKey(c, r, k, x); ok && st.Counters != nil {
+			v, next := t.incNext(st.Counters, pending, key, x.Mod)
+			return []exprVal{{p: 1, val: nft.Num(v + x.Offset), note: fmt.Sprintf("numgen inc = %d (counter %s)", v+x.Offset, key), ctr: key, ctrVal: next}}, nil
 		}
-		if e.mod > maxBranches {
-			return nil, fmt.Errorf("%s: %d values to branch into (at most %d modelled)", e.text, e.mod, maxBranches)
+		if x.Mod > maxBranches {
+			return nil, fmt.Errorf("%s: %d values to branch into (at most %d modelled)", x, x.Mod, maxBranches)
 		}
-		out := make([]exprVal, 0, e.mod)
-		for v := range e.mod {
-			note := fmt.Sprintf("slot %d of %d, p %s", v+e.off, e.mod, frac(1, e.mod))
-			if e.gen == "inc" {
-				note = fmt.Sprintf("slot %d of %d: round robin, 1 in %d connections", v+e.off, e.mod, e.mod)
+		out := make([]exprVal, 0, x.Mod)
+		for v := range x.Mod {
+			note := fmt.Sprintf("slot %d of %d, p %s", v+x.Offset, x.Mod, frac(1, x.Mod))
+			if x.Mode == "inc" {
+				note = fmt.Sprintf("slot %d of %d: round robin, 1 in %d connections", v+x.Offset, x.Mod, x.Mod)
 			}
-			out = append(out, exprVal{p: 1 / float64(e.mod), val: kval{kind: 'n', num: v + e.off}, note: note})
+			out = append(out, exprVal{p: 1 / float64(x.Mod), val: nft.Num(v + x.Offset), note: note})
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("expression %s not modelled", e.text)
+	return nil, fmt.Errorf("expression %s not modelled", e)
+}
+
+// isInc reports whether e is a numgen inc (an expression with a counter).
+func isInc(e nft.Expr) bool {
+	n, ok := e.(*nft.Numgen)
+	return ok && n.Mode == "inc"
 }
 
 // counterKey names e's counter when it is a numgen inc.
-func (t *Tracer) counterKey(c *tchain, r *trule, k int, e *expr) (string, bool) {
-	if e.kind != "numgen" || e.gen != "inc" {
+func (t *Tracer) counterKey(c *tchain, r *trule, k int, e nft.Expr) (string, bool) {
+	if !isInc(e) {
 		return "", false
 	}
 	nth := 0
 	for j := 0; j <= k; j++ {
-		switch x := r.items[j].(type) {
-		case *cond:
-			for _, y := range x.exprs {
-				if y.kind == "numgen" && y.gen == "inc" {
-					nth++
-				}
-				if y == e {
-					return CounterKey(c.name, r.num, nth), true
-				}
+		var exprs []nft.Expr
+		switch x := r.stmts[j].(type) {
+		case *nft.Match:
+			exprs = x.Left
+		case *nft.VMap:
+			exprs = x.Key
+		case *nft.DNAT:
+			exprs = x.Key
+		}
+		for _, y := range exprs {
+			if isInc(y) {
+				nth++
 			}
-		case *vmapItem:
-			for _, y := range x.exprs {
-				if y.kind == "numgen" && y.gen == "inc" {
-					nth++
-				}
-				if y == e {
-					return CounterKey(c.name, r.num, nth), true
-				}
-			}
-		case *dnatItem:
-			for _, y := range x.exprs {
-				if y.kind == "numgen" && y.gen == "inc" {
-					nth++
-				}
-				if y == e {
-					return CounterKey(c.name, r.num, nth), true
-				}
+			if y == e {
+				return CounterKey(c.name, r.num, nth), true
 			}
 		}
 	}
@@ -598,28 +599,43 @@ type condAlt struct {
 	ctrVal uint32
 }
 
-func (t *Tracer) evalCond(h trace.Host, c *tchain, r *trule, k int, m *cond, st *trace.State) ([]condAlt, error) {
+// opFlag is the operator of a match that tests bits: a flag of a bitmask
+// compared with no operator ("ct status dnat": the bit is set).
+const opFlag nft.Op = "flag"
+
+// opOf returns the operator m applies: nft.OpEq for an implicit one, but
+// opFlag for one constant of ct status with no mask.
+func opOf(m *nft.Match) nft.Op {
+	if m.Op != nft.OpImplicit {
+		return m.Op
+	}
+	if m.Mask == nil && m.Set == "" && !m.Anon && len(m.Left) == 1 && m.Left[0].Type() == nft.TypeCTStatus {
+		return opFlag
+	}
+	return nft.OpEq
+}
+
+func (t *Tracer) evalCond(h trace.Host, c *tchain, r *trule, k int, m *nft.Match, st *trace.State) ([]condAlt, error) {
 	// A numgen compared with constants: split analytically (no branch per
 	// value), unless its counter is tracked.
-	if len(m.exprs) == 1 && m.exprs[0].kind == "numgen" && m.mask == nil && m.set == "" {
-		e := m.exprs[0]
+	if e, ok := m.Left[0].(*nft.Numgen); ok && len(m.Left) == 1 && m.Mask == nil && m.Set == "" {
 		if _, inc := t.counterKey(c, r, k, e); !inc || st.Counters == nil {
 			n := countMatching(e, m)
-			note := fmt.Sprintf("%s: p %s", m.text, frac(n, e.mod))
-			if e.gen == "inc" {
-				note = fmt.Sprintf("%s: round robin, %d in %d connections reaching the rule", m.text, n, e.mod)
+			note := fmt.Sprintf("%s: p %s", m, frac(n, e.Mod))
+			if e.Mode == "inc" {
+				note = fmt.Sprintf("%s: round robin, %d in %d connections reaching the rule", m, n, e.Mod)
 			}
 			var out []condAlt
 			if n > 0 {
-				out = append(out, condAlt{p: float64(n) / float64(e.mod), ok: true, note: note})
+				out = append(out, condAlt{p: float64(n) / float64(e.Mod), ok: true, note: note})
 			}
-			if n < e.mod {
-				out = append(out, condAlt{p: float64(e.mod-n) / float64(e.mod), ok: false, note: note})
+			if n < e.Mod {
+				out = append(out, condAlt{p: float64(e.Mod-n) / float64(e.Mod), ok: false, note: note})
 			}
 			return out, nil
 		}
 	}
-	alts, err := t.evalConcat(h, c, r, k, m.exprs, st)
+	alts, err := t.evalConcat(h, c, r, k, m.Left, st)
 	if err != nil {
 		return nil, err
 	}
@@ -630,10 +646,10 @@ func (t *Tracer) evalCond(h trace.Host, c *tchain, r *trule, k int, m *cond, st 
 			ca.ctr, ca.ctrVal = key, v
 		}
 		if len(a.ctrs) > 1 {
-			return nil, fmt.Errorf("%s: more than one numgen inc in a match", m.text)
+			return nil, fmt.Errorf("%s: more than one numgen inc in a match", m)
 		}
 		if len(a.notes) > 0 {
-			ca.note = m.text + ": " + strings.Join(a.notes, ", ")
+			ca.note = m.String() + ": " + strings.Join(a.notes, ", ")
 		}
 		if a.absent {
 			out = append(out, ca)
@@ -650,24 +666,24 @@ func (t *Tracer) evalCond(h trace.Host, c *tchain, r *trule, k int, m *cond, st 
 }
 
 // countMatching counts the values of numgen e that satisfy m.
-func countMatching(e *expr, m *cond) uint64 {
-	lo, hi := e.off, e.off+e.mod // [lo, hi)
+func countMatching(e *nft.Numgen, m *nft.Match) uint64 {
+	lo, hi := e.Offset, e.Offset+e.Mod // [lo, hi)
 	inRange := func(v uint64) bool { return v >= lo && v < hi }
 	var n uint64
-	switch m.op {
-	case "==", "!=":
+	switch op := opOf(m); op {
+	case nft.OpEq, nft.OpNe:
 		seen := map[uint64]bool{}
-		for _, v := range m.list {
-			if inRange(v[0].num) && !seen[v[0].num] {
-				seen[v[0].num] = true
+		for _, v := range m.Right {
+			if inRange(v[0].Num) && !seen[v[0].Num] {
+				seen[v[0].Num] = true
 				n++
 			}
 		}
-		if m.op == "!=" {
-			n = e.mod - n
+		if op == nft.OpNe {
+			n = e.Mod - n
 		}
 	default:
-		x := m.list[0][0].num
+		x := m.Right[0][0].Num
 		// Count v in [lo, hi) with v op x.
 		count := func(a, b uint64) uint64 { // values in [a, b) ∩ [lo, hi)
 			a, b = max(a, lo), min(b, hi)
@@ -676,14 +692,14 @@ func countMatching(e *expr, m *cond) uint64 {
 			}
 			return b - a
 		}
-		switch m.op {
-		case "<":
+		switch op {
+		case nft.OpLt:
 			n = count(0, x)
-		case "<=":
+		case nft.OpLe:
 			n = count(0, x+1)
-		case ">":
+		case nft.OpGt:
 			n = count(x+1, math.MaxUint64)
-		case ">=":
+		case nft.OpGe:
 			n = count(x, math.MaxUint64)
 		}
 	}
@@ -691,46 +707,47 @@ func countMatching(e *expr, m *cond) uint64 {
 }
 
 // holds evaluates match m on the values vals.
-func (t *Tracer) holds(h trace.Host, m *cond, vals []kval, src netip.Addr) (bool, error) {
-	if m.mask != nil {
-		vals = []kval{{kind: 'n', num: vals[0].num & *m.mask}}
+func (t *Tracer) holds(h trace.Host, m *nft.Match, vals []nft.Value, src netip.Addr) (bool, error) {
+	if m.Mask != nil {
+		vals = []nft.Value{nft.Num(vals[0].Num & m.Mask.Num)}
 	}
+	op := opOf(m)
 	var in bool
 	switch {
-	case m.set != "":
-		s := t.sets[m.set]
+	case m.Set != "":
+		s := t.sets[m.Set]
 		if s.isMap {
-			return false, fmt.Errorf("@%s is a map, not a set", m.set)
+			return false, fmt.Errorf("@%s is a map, not a set", m.Set)
 		}
 		in = s.lookup(vals) != nil
 		// An affinity set the caller says holds the source.
-		if !in && len(vals) == 1 && vals[0].kind == 'a' && vals[0].addr == src && h.AffinityHit[m.set] {
+		if !in && len(vals) == 1 && vals[0].Kind == nft.KindAddr && vals[0].Addr == src && h.AffinityHit[m.Set] {
 			in = true
 		}
-	case m.op == "flag":
-		return vals[0].num&m.list[0][0].num != 0, nil
-	case m.op == "==" || m.op == "!=":
-		for _, l := range m.list {
-			if constMatches(m.exprs, l, vals) {
+	case op == opFlag:
+		return vals[0].Num&m.Right[0][0].Num != 0, nil
+	case op == nft.OpEq || op == nft.OpNe:
+		for _, l := range m.Right {
+			if constMatches(m.Left, l, vals) {
 				in = true
 				break
 			}
 		}
 	default:
-		v, x := vals[0].num, m.list[0][0].num
-		switch m.op {
-		case "<":
+		v, x := vals[0].Num, m.Right[0][0].Num
+		switch op {
+		case nft.OpLt:
 			return v < x, nil
-		case "<=":
+		case nft.OpLe:
 			return v <= x, nil
-		case ">":
+		case nft.OpGt:
 			return v > x, nil
-		case ">=":
+		case nft.OpGe:
 			return v >= x, nil
 		}
-		return false, fmt.Errorf("operator %s not modelled", m.op)
+		return false, fmt.Errorf("operator %s not modelled", op)
 	}
-	if m.op == "!=" {
+	if op == nft.OpNe {
 		return !in, nil
 	}
 	return in, nil
@@ -738,17 +755,17 @@ func (t *Tracer) holds(h trace.Host, m *cond, vals []kval, src netip.Addr) (bool
 
 // constMatches compares a packet's values with one constant of each part;
 // interface names ending in "*" match by prefix.
-func constMatches(exprs []*expr, c, vals []kval) bool {
+func constMatches(exprs []nft.Expr, c nft.Key, vals []nft.Value) bool {
 	for i := range vals {
-		if exprs[i].typ == tIface {
-			if pfx, ok := strings.CutSuffix(c[i].str, "*"); ok {
-				if !strings.HasPrefix(vals[i].str, pfx) {
+		if exprs[i].Type() == nft.TypeIface {
+			if pfx, ok := strings.CutSuffix(c[i].Str, "*"); ok {
+				if !strings.HasPrefix(vals[i].Str, pfx) {
 					return false
 				}
 				continue
 			}
 		}
-		if !c[i].matches(vals[i]) {
+		if !partMatches(c[i], vals[i]) {
 			return false
 		}
 	}

@@ -1,7 +1,8 @@
 package model
 
 // The parser: the text of the rules, set elements and base chains of a
-// Model, as the renderer writes them, into the items of items.go.
+// Model, as the renderer writes them, into the typed values of package nft
+// (whose String methods write the same text back).
 
 import (
 	"errors"
@@ -10,16 +11,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 func (t *Tracer) parseElem(s *Set, e Element) (telem, error) {
 	te := telem{text: strings.Join(e.Key, " . ")}
 	for _, k := range e.Key {
-		kv, err := parseKval(k)
+		kv, err := parseKeyPart(k)
 		if err != nil {
 			return te, err
 		}
-		te.key = append(te.key, kv)
+		te.Key = append(te.Key, kv)
 	}
 	if !s.IsMap {
 		if e.Value != nil {
@@ -34,53 +37,54 @@ func (t *Tracer) parseElem(s *Set, e Element) (telem, error) {
 		if err != nil {
 			return te, err
 		}
-		te.verdict = v
+		te.Verdict = v
 		return te, nil
 	}
 	for _, p := range strings.Split(val, " . ") {
-		kv, err := parseKval(p)
+		kv, err := parseKeyPart(p)
 		if err != nil {
 			return te, err
 		}
-		te.val = append(te.val, kv)
+		te.Data = append(te.Data, kv)
 	}
 	return te, nil
 }
 
 // parseBase reads "type nat hook prerouting priority -100 [; policy accept]".
-func (c *tchain) parseBase(base string) error {
+func parseBase(base string) (nft.BaseChain, error) {
+	var c nft.BaseChain
 	parts := strings.Split(base, ";")
 	f := strings.Fields(parts[0])
 	if len(f) < 6 || f[0] != "type" || f[2] != "hook" || f[4] != "priority" {
-		return fmt.Errorf("base chain %q: want \"type T hook H priority P\"", base)
+		return c, fmt.Errorf("base chain %q: want \"type T hook H priority P\"", base)
 	}
-	c.typ, c.hook = f[1], f[3]
-	switch c.hook {
+	c.Type, c.Hook = f[1], f[3]
+	switch c.Hook {
 	case "prerouting", "input", "forward", "output", "postrouting":
 	default:
-		return fmt.Errorf("hook %q not modelled", c.hook)
+		return c, fmt.Errorf("hook %q not modelled", c.Hook)
 	}
-	switch c.typ {
+	switch c.Type {
 	case "nat", "filter":
 	default:
-		return fmt.Errorf("chain type %q not modelled", c.typ)
+		return c, fmt.Errorf("chain type %q not modelled", c.Type)
 	}
 	prio, err := parsePriority(f[5:])
 	if err != nil {
-		return err
+		return c, err
 	}
-	c.priority = prio
+	c.Priority = prio
 	for _, p := range parts[1:] {
 		p = strings.TrimSpace(p)
 		switch p {
 		case "", "policy accept":
 		case "policy drop":
-			c.policy = "drop"
+			c.Policy = "drop"
 		default:
-			return fmt.Errorf("base chain option %q not modelled", p)
+			return c, fmt.Errorf("base chain option %q not modelled", p)
 		}
 	}
-	return nil
+	return c, nil
 }
 
 var namedPriorities = map[string]int{"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
@@ -157,17 +161,16 @@ func (p *parser) expect(words ...string) error {
 
 func (p *parser) text(from int) string { return strings.Join(p.toks[from:p.pos], " ") }
 
-func (t *Tracer) parseRule(rule string) ([]item, error) {
+func (t *Tracer) parseRule(rule string) (nft.Rule, error) {
 	if IsOpaque(rule) {
-		return []item{&opaqueItem{text: rule}}, nil
+		return nft.Rule{&nft.Opaque{Text: rule}}, nil
 	}
 	p := &parser{t: t, toks: tokens(rule)}
-	var items []item
+	var stmts nft.Rule
 	for p.pos < len(p.toks) {
-		if n := len(items); n > 0 && isTerminal(items[n-1]) {
-			return nil, fmt.Errorf("%q after the verdict %q", p.text(p.pos), items[n-1])
+		if n := len(stmts); n > 0 && nft.Terminal(stmts[n-1]) {
+			return nil, fmt.Errorf("%q after the verdict %q", strings.Join(p.toks[p.pos:], " "), stmts[n-1])
 		}
-		start := p.pos
 		w := p.peek()
 		switch w {
 		case "jump", "goto":
@@ -176,13 +179,13 @@ func (t *Tracer) parseRule(rule string) ([]item, error) {
 			if c == "" {
 				return nil, fmt.Errorf("%s without a chain", w)
 			}
-			items = append(items, &verdictItem{kind: w, chain: c})
+			stmts = append(stmts, &nft.Verdict{Kind: w, Chain: c})
 		case "return", "drop", "accept":
 			p.next()
-			items = append(items, &verdictItem{kind: w})
+			stmts = append(stmts, &nft.Verdict{Kind: w})
 		case "reject":
 			p.next()
-			r := &rejectItem{}
+			r := &nft.Reject{}
 			if p.peek() == "with" {
 				p.next()
 				switch p.peek() {
@@ -190,32 +193,31 @@ func (t *Tracer) parseRule(rule string) ([]item, error) {
 					if err := p.expect("tcp", "reset"); err != nil {
 						return nil, err
 					}
-					r.with = "tcp reset"
+					r.With = "tcp reset"
 				case "icmp", "icmpv6", "icmpx":
 					fam := p.next()
 					if err := p.expect("type"); err != nil {
 						return nil, err
 					}
-					r.with = fam + " type " + p.next()
+					r.With = fam + " type " + p.next()
 				default:
 					return nil, fmt.Errorf("reject with %q not modelled", p.peek())
 				}
 			}
-			r.text = p.text(start)
-			items = append(items, r)
+			stmts = append(stmts, r)
 		case "masquerade":
 			p.next()
+			m := &nft.Masquerade{}
 			for slices.Contains([]string{"fully-random", "random", "persistent"}, p.peek()) {
-				p.next()
+				m.Flags = append(m.Flags, p.next())
 			}
-			items = append(items, &masqItem{text: p.text(start)})
+			stmts = append(stmts, m)
 		case "dnat":
 			d, err := p.dnat()
 			if err != nil {
 				return nil, err
 			}
-			d.text = p.text(start)
-			items = append(items, d)
+			stmts = append(stmts, d)
 		case "update":
 			p.next()
 			s, ok := strings.CutPrefix(p.next(), "@")
@@ -229,89 +231,80 @@ func (t *Tracer) parseRule(rule string) ([]item, error) {
 			if err != nil {
 				return nil, err
 			}
-			if e.typ != tAddr {
-				return nil, fmt.Errorf("update @%s { %s }: only addresses modelled", s, e.text)
+			if e.Type() != nft.TypeAddr {
+				return nil, fmt.Errorf("update @%s { %s }: only addresses modelled", s, e)
 			}
 			if err := p.expect("}"); err != nil {
 				return nil, err
 			}
-			items = append(items, &updateItem{text: p.text(start), set: s, expr: e})
+			stmts = append(stmts, &nft.Update{Set: s, Key: e})
 		default:
 			if w == "meta" && p.pos+2 < len(p.toks) && p.toks[p.pos+1] == "mark" && p.toks[p.pos+2] == "set" {
 				m, err := p.markSet()
 				if err != nil {
 					return nil, err
 				}
-				m.text = p.text(start)
-				items = append(items, m)
+				stmts = append(stmts, m)
 				continue
 			}
-			it, err := p.match()
+			st, err := p.match()
 			if err != nil {
 				return nil, err
 			}
-			items = append(items, it)
+			stmts = append(stmts, st)
 		}
 	}
-	if len(items) == 0 {
+	if len(stmts) == 0 {
 		return nil, errors.New("empty rule")
 	}
-	return items, nil
-}
-
-func isTerminal(it item) bool {
-	switch it.(type) {
-	case *verdictItem, *vmapItem, *dnatItem, *masqItem, *rejectItem, *opaqueItem:
-		return true
-	}
-	return false
+	return stmts, nil
 }
 
 // markSet reads "meta mark set meta mark | 0x4000" (or ^, &) or "meta mark
 // set 0x4000".
-func (p *parser) markSet() (*markItem, error) {
+func (p *parser) markSet() (*nft.MarkSet, error) {
 	if err := p.expect("meta", "mark", "set"); err != nil {
 		return nil, err
 	}
-	m := &markItem{op: "="}
+	m := &nft.MarkSet{}
 	if p.peek() == "meta" {
 		if err := p.expect("meta", "mark"); err != nil {
 			return nil, err
 		}
-		m.op = p.next()
-		if m.op != "|" && m.op != "^" && m.op != "&" {
-			return nil, fmt.Errorf("meta mark set meta mark %q not modelled", m.op)
+		m.Op = p.next()
+		if m.Op != "|" && m.Op != "^" && m.Op != "&" {
+			return nil, fmt.Errorf("meta mark set meta mark %q not modelled", m.Op)
 		}
 	}
-	n, err := strconv.ParseUint(p.next(), 0, 32)
+	v, err := parseNum(p.next(), 32)
 	if err != nil {
 		return nil, fmt.Errorf("mark value: %w", err)
 	}
-	m.val = uint32(n)
+	m.Val = v
 	return m, nil
 }
 
 // dnat reads "dnat ip to 10.0.0.1:80", "dnat ip6 to [fd00::1]:80" or
 // "dnat ip to <concatenation> map @m".
-func (p *parser) dnat() (*dnatItem, error) {
+func (p *parser) dnat() (*nft.DNAT, error) {
 	p.next()
+	d := &nft.DNAT{}
 	if w := p.peek(); w == "ip" || w == "ip6" {
 		if w != p.t.ip {
 			return nil, fmt.Errorf("dnat %s in an %s table", w, p.t.ip)
 		}
-		p.next()
+		d.Family = p.next()
 	}
 	if err := p.expect("to"); err != nil {
 		return nil, err
 	}
-	d := &dnatItem{}
 	target := p.peek()
 	if ap, err := netip.ParseAddrPort(target); err == nil {
 		p.next()
-		d.to, d.toPort = ap.Addr(), ap.Port()
+		d.Addr, d.Port = ap.Addr(), ap.Port()
 	} else if a, err := netip.ParseAddr(target); err == nil {
 		p.next()
-		d.to = a
+		d.Addr = a
 	} else {
 		exprs, err := p.concat()
 		if err != nil {
@@ -324,18 +317,18 @@ func (p *parser) dnat() (*dnatItem, error) {
 		if !ok {
 			return nil, errors.New("dnat map: want @map")
 		}
-		d.exprs, d.mapName = exprs, s
+		d.Key, d.Map = exprs, s
 		return d, nil
 	}
-	if d.to.Is6() != (p.t.ip == "ip6") || d.to.Is4In6() {
-		return nil, fmt.Errorf("dnat to %s in an %s table", d.to, p.t.ip)
+	if d.Addr.Is6() != (p.t.ip == "ip6") || d.Addr.Is4In6() {
+		return nil, fmt.Errorf("dnat to %s in an %s table", d.Addr, p.t.ip)
 	}
 	return d, nil
 }
 
 // concat reads "expr [. expr]...".
-func (p *parser) concat() ([]*expr, error) {
-	var out []*expr
+func (p *parser) concat() ([]nft.Expr, error) {
+	var out []nft.Expr
 	for {
 		e, err := p.primary()
 		if err != nil {
@@ -350,9 +343,7 @@ func (p *parser) concat() ([]*expr, error) {
 }
 
 // primary reads one expression that yields a value.
-func (p *parser) primary() (*expr, error) {
-	start := p.pos
-	e := &expr{}
+func (p *parser) primary() (nft.Expr, error) {
 	w := p.next()
 	switch w {
 	case "ip", "ip6":
@@ -361,34 +352,23 @@ func (p *parser) primary() (*expr, error) {
 		}
 		switch f := p.next(); f {
 		case "saddr", "daddr":
-			e.kind, e.typ = f, tAddr
+			return &nft.Payload{Base: w, Field: f}, nil
 		default:
 			return nil, fmt.Errorf("%s %s not modelled", w, f)
 		}
 	case "meta":
 		switch f := p.next(); f {
-		case "l4proto":
-			e.kind, e.typ = "l4proto", tProto
-		case "mark":
-			e.kind, e.typ = "mark", tMark
-		case "iifname":
-			e.kind, e.typ = "iifname", tIface
-		case "oifname":
-			e.kind, e.typ = "oifname", tIface
+		case "l4proto", "mark", "iifname", "oifname":
+			return &nft.Meta{Key: f}, nil
 		default:
 			return nil, fmt.Errorf("meta %s not modelled", f)
 		}
-	case "iifname":
-		e.kind, e.typ = "iifname", tIface
-	case "oifname":
-		e.kind, e.typ = "oifname", tIface
+	case "iifname", "oifname":
+		return &nft.Meta{Key: w}, nil
 	case "th", "tcp", "udp", "sctp":
 		switch f := p.next(); f {
 		case "dport", "sport":
-			e.kind, e.typ = f, tPort
-			if w != "th" {
-				e.proto = w
-			}
+			return &nft.Payload{Base: w, Field: f}, nil
 		default:
 			return nil, fmt.Errorf("%s %s not modelled", w, f)
 		}
@@ -400,12 +380,11 @@ func (p *parser) primary() (*expr, error) {
 		if err := p.expect("type"); err != nil {
 			return nil, err
 		}
-		e.kind, e.typ = "fib-"+f, tFibType
+		return &nft.Fib{Addr: f}, nil
 	case "numgen":
-		e.kind, e.typ = "numgen", tNum
-		e.gen = p.next()
-		if e.gen != "random" && e.gen != "inc" {
-			return nil, fmt.Errorf("numgen %s not modelled", e.gen)
+		e := &nft.Numgen{Mode: p.next()}
+		if e.Mode != "random" && e.Mode != "inc" {
+			return nil, fmt.Errorf("numgen %s not modelled", e.Mode)
 		}
 		if err := p.expect("mod"); err != nil {
 			return nil, err
@@ -414,23 +393,23 @@ func (p *parser) primary() (*expr, error) {
 		if err != nil || n == 0 {
 			return nil, fmt.Errorf("numgen modulus: %v", err)
 		}
-		e.mod = n
+		e.Mod = n
 		if p.peek() == "offset" {
 			p.next()
-			if e.off, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
+			if e.Offset, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
 				return nil, fmt.Errorf("numgen offset: %w", err)
 			}
 		}
+		return e, nil
 	case "jhash":
-		e.kind, e.typ = "jhash", tNum
 		of, err := p.primary()
 		if err != nil {
 			return nil, err
 		}
-		if of.typ != tAddr {
-			return nil, fmt.Errorf("jhash of %s: only an address is modelled", of.text)
+		if of.Type() != nft.TypeAddr {
+			return nil, fmt.Errorf("jhash of %s: only an address is modelled", of)
 		}
-		e.hashOf = of
+		e := &nft.Jhash{Of: of}
 		if err := p.expect("mod"); err != nil {
 			return nil, err
 		}
@@ -438,7 +417,7 @@ func (p *parser) primary() (*expr, error) {
 		if err != nil || n < 2 {
 			return nil, fmt.Errorf("jhash modulus %d: %v", n, err)
 		}
-		e.mod = n
+		e.Mod = n
 		if err := p.expect("seed"); err != nil {
 			return nil, err
 		}
@@ -446,158 +425,149 @@ func (p *parser) primary() (*expr, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jhash seed: %w", err)
 		}
-		e.seed = uint32(seed)
+		e.Seed = uint32(seed)
 		if p.peek() == "offset" {
 			p.next()
-			if e.off, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
+			if e.Offset, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
 				return nil, fmt.Errorf("jhash offset: %w", err)
 			}
 		}
+		return e, nil
 	case "ct":
 		switch f := p.next(); f {
-		case "state":
-			e.kind, e.typ = "ctstate", tCTState
-		case "status":
-			e.kind, e.typ = "ctstatus", tCTStatus
+		case "state", "status":
+			return &nft.CT{Key: f}, nil
 		default:
 			return nil, fmt.Errorf("ct %s not modelled", f)
 		}
-	default:
-		return nil, fmt.Errorf("expression %q not modelled", w)
 	}
-	e.text = p.text(start)
-	return e, nil
+	return nil, fmt.Errorf("expression %q not modelled", w)
 }
 
-// ct status bits (IPS_*).
-var ctStatusBits = map[string]uint64{"expected": 1, "seen-reply": 2, "assured": 4, "confirmed": 8, "snat": 0x10, "dnat": 0x20, "dying": 0x200}
-
-var ctStates = []string{"invalid", "established", "related", "new", "untracked"}
-
-var fibTypes = []string{"unspec", "unicast", "local", "broadcast", "anycast", "multicast", "blackhole", "unreachable", "prohibit", "throw", "nat", "xresolve"}
-
 // constant reads one constant of type typ.
-func (p *parser) constant(typ vtype) (kval, error) {
+func (p *parser) constant(typ nft.Type) (nft.Value, error) {
 	w := p.next()
 	if w == "" {
-		return kval{}, errors.New("missing value")
+		return nft.Value{}, errors.New("missing value")
 	}
 	switch typ {
-	case tAddr:
-		k, err := parseKval(w)
-		if err != nil || (k.kind != 'a' && k.kind != 'p') {
-			return kval{}, fmt.Errorf("address %q", w)
+	case nft.TypeAddr:
+		k, err := parseKeyPart(w)
+		if err != nil || (k.Kind != nft.KindAddr && k.Kind != nft.KindPrefix) {
+			return nft.Value{}, fmt.Errorf("address %q", w)
 		}
 		if addrOf(k).Is6() != (p.t.ip == "ip6") {
-			return kval{}, fmt.Errorf("address %q in an %s table", w, p.t.ip)
+			return nft.Value{}, fmt.Errorf("address %q in an %s table", w, p.t.ip)
 		}
 		return k, nil
-	case tProto:
-		if n, ok := protoNums[w]; ok {
-			return kval{kind: 'n', num: n, str: w}, nil
+	case nft.TypeProto:
+		if v, ok := nft.Proto(w); ok {
+			return v, nil
 		}
 		n, err := strconv.ParseUint(w, 10, 8)
 		if err != nil {
-			return kval{}, fmt.Errorf("protocol %q", w)
+			return nft.Value{}, fmt.Errorf("protocol %q", w)
 		}
-		return kval{kind: 'n', num: n}, nil
-	case tPort, tMark, tNum:
-		n, err := strconv.ParseUint(w, 0, 32)
+		return nft.Num(n), nil
+	case nft.TypePort, nft.TypeMark, nft.TypeNum:
+		v, err := parseNum(w, 32)
 		if err != nil {
-			return kval{}, fmt.Errorf("number %q", w)
+			return nft.Value{}, fmt.Errorf("number %q", w)
 		}
-		return kval{kind: 'n', num: n}, nil
-	case tIface:
+		return v, nil
+	case nft.TypeIface:
 		s, err := strconv.Unquote(w)
 		if err != nil {
 			if strings.ContainsAny(w, `"\`) {
-				return kval{}, fmt.Errorf("interface name %s", w)
+				return nft.Value{}, fmt.Errorf("interface name %s", w)
 			}
 			s = w
 		}
-		return kval{kind: 's', str: s}, nil
-	case tFibType:
-		if !slices.Contains(fibTypes, w) {
-			return kval{}, fmt.Errorf("fib type %q", w)
+		return nft.Quoted(s), nil
+	case nft.TypeFibType:
+		if !slices.Contains(nft.FibTypes, w) {
+			return nft.Value{}, fmt.Errorf("fib type %q", w)
 		}
-		return kval{kind: 's', str: w}, nil
-	case tCTState:
-		if !slices.Contains(ctStates, w) {
-			return kval{}, fmt.Errorf("ct state %q", w)
+		return nft.Name(w), nil
+	case nft.TypeCTState:
+		if !slices.Contains(nft.CTStates, w) {
+			return nft.Value{}, fmt.Errorf("ct state %q", w)
 		}
-		return kval{kind: 's', str: w}, nil
-	case tCTStatus:
-		if b, ok := ctStatusBits[w]; ok {
-			return kval{kind: 'n', num: b}, nil
+		return nft.Name(w), nil
+	case nft.TypeCTStatus:
+		if v, ok := nft.CTStatus(w); ok {
+			return v, nil
 		}
-		n, err := strconv.ParseUint(w, 0, 32)
+		v, err := parseNum(w, 32)
 		if err != nil {
-			return kval{}, fmt.Errorf("ct status %q", w)
+			return nft.Value{}, fmt.Errorf("ct status %q", w)
 		}
-		return kval{kind: 'n', num: n}, nil
+		return v, nil
 	}
-	return kval{}, fmt.Errorf("constant %q", w)
+	return nft.Value{}, fmt.Errorf("constant %q", w)
 }
 
-func addrOf(k kval) netip.Addr {
-	if k.kind == 'p' {
-		return k.pfx.Addr()
+func addrOf(k nft.Value) netip.Addr {
+	if k.Kind == nft.KindPrefix {
+		return k.Prefix.Addr()
 	}
-	return k.addr
+	return k.Addr
 }
 
 // match reads a match: a concatenation and its right-hand side, or a
 // verdict map lookup.
-func (p *parser) match() (item, error) {
+func (p *parser) match() (nft.Stmt, error) {
 	start := p.pos
 	exprs, err := p.concat()
 	if err != nil {
 		return nil, err
 	}
-	c := &cond{exprs: exprs, op: "=="}
 	if p.peek() == "vmap" {
 		p.next()
 		s, ok := strings.CutPrefix(p.next(), "@")
 		if !ok {
 			return nil, errors.New("vmap: only named maps (@name) are modelled")
 		}
-		return &vmapItem{text: p.text(start), exprs: exprs, set: s}, nil
+		return &nft.VMap{Key: exprs, Map: s}, nil
 	}
+	c := &nft.Match{Left: exprs}
+	typ := exprs[0].Type()
 	if p.peek() == "&" {
-		if len(exprs) != 1 || (exprs[0].typ != tMark && exprs[0].typ != tCTStatus && exprs[0].typ != tNum) {
-			return nil, fmt.Errorf("%q: & on %s not modelled", p.text(start), exprs[0].text)
+		if len(exprs) != 1 || (typ != nft.TypeMark && typ != nft.TypeCTStatus && typ != nft.TypeNum) {
+			return nil, fmt.Errorf("%q: & on %s not modelled", p.text(start), exprs[0])
 		}
 		p.next()
-		m, err := p.constant(exprs[0].typ)
+		m, err := p.constant(typ)
 		if err != nil {
 			return nil, err
 		}
-		c.mask = &m.num
+		c.Mask = &m
 	}
-	explicit := false
-	switch w := p.peek(); w {
-	case "==", "!=", "<", "<=", ">", ">=":
+	switch w := nft.Op(p.peek()); w {
+	case nft.OpEq, nft.OpNe, nft.OpLt, nft.OpLe, nft.OpGt, nft.OpGe:
 		p.next()
-		c.op, explicit = w, true
+		c.Op = w
 	}
-	if c.mask == nil && len(exprs) == 1 && exprs[0].typ == tCTStatus && c.op != "==" {
-		return nil, fmt.Errorf("%q: ct status %s without a mask not modelled", p.text(start), c.op)
+	if c.Mask == nil && len(exprs) == 1 && typ == nft.TypeCTStatus && c.Op != nft.OpImplicit && c.Op != nft.OpEq {
+		return nil, fmt.Errorf("%q: ct status %s without a mask not modelled", p.text(start), c.Op)
 	}
-	if (c.op != "==" && c.op != "!=") && (len(exprs) != 1 || exprs[0].typ == tAddr || exprs[0].typ == tIface || exprs[0].typ == tFibType || exprs[0].typ == tCTState) {
-		return nil, fmt.Errorf("%q: %s on %s not modelled", p.text(start), c.op, exprs[0].text)
+	eq := c.Op == nft.OpImplicit || c.Op == nft.OpEq || c.Op == nft.OpNe
+	if !eq && (len(exprs) != 1 || typ == nft.TypeAddr || typ == nft.TypeIface || typ == nft.TypeFibType || typ == nft.TypeCTState) {
+		return nil, fmt.Errorf("%q: %s on %s not modelled", p.text(start), c.Op, exprs[0])
 	}
 	switch w := p.peek(); {
 	case strings.HasPrefix(w, "@"):
-		if c.op != "==" && c.op != "!=" {
-			return nil, fmt.Errorf("%s @set not modelled", c.op)
+		if !eq {
+			return nil, fmt.Errorf("%s @set not modelled", c.Op)
 		}
 		p.next()
-		c.set = w[1:]
+		c.Set = w[1:]
 	case w == "{":
-		if c.op != "==" && c.op != "!=" {
-			return nil, fmt.Errorf("%s { set } not modelled", c.op)
+		if !eq {
+			return nil, fmt.Errorf("%s { set } not modelled", c.Op)
 		}
 		p.next()
+		c.Anon = true
 		for p.peek() != "}" {
 			if p.peek() == "" {
 				return nil, errors.New("unterminated { set }")
@@ -606,10 +576,10 @@ func (p *parser) match() (item, error) {
 			if err != nil {
 				return nil, err
 			}
-			c.list = append(c.list, v)
+			c.Right = append(c.Right, v)
 		}
 		p.next()
-		if len(c.list) == 0 {
+		if len(c.Right) == 0 {
 			return nil, errors.New("empty { set }")
 		}
 	default:
@@ -620,26 +590,21 @@ func (p *parser) match() (item, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.list = [][]kval{v}
-		// A bare flag of a bitmask ("ct status dnat") tests the bit.
-		if c.mask == nil && len(exprs) == 1 && exprs[0].typ == tCTStatus && !explicit {
-			c.op = "flag"
-		}
+		c.Right = []nft.Key{v}
 	}
-	c.text = p.text(start)
 	return c, nil
 }
 
 // constValue reads one constant per expression of a concatenation.
-func (p *parser) constValue(exprs []*expr) ([]kval, error) {
-	var out []kval
+func (p *parser) constValue(exprs []nft.Expr) (nft.Key, error) {
+	var out nft.Key
 	for i, e := range exprs {
 		if i > 0 {
 			if err := p.expect("."); err != nil {
 				return nil, err
 			}
 		}
-		k, err := p.constant(e.typ)
+		k, err := p.constant(e.Type())
 		if err != nil {
 			return nil, err
 		}
@@ -648,12 +613,12 @@ func (p *parser) constValue(exprs []*expr) ([]kval, error) {
 	return out, nil
 }
 
-func parseVerdict(f []string) (*verdictItem, error) {
+func parseVerdict(f []string) (*nft.Verdict, error) {
 	switch {
 	case len(f) == 2 && (f[0] == "goto" || f[0] == "jump"):
-		return &verdictItem{kind: f[0], chain: f[1]}, nil
+		return &nft.Verdict{Kind: f[0], Chain: f[1]}, nil
 	case len(f) == 1 && (f[0] == "drop" || f[0] == "accept" || f[0] == "return"):
-		return &verdictItem{kind: f[0]}, nil
+		return &nft.Verdict{Kind: f[0]}, nil
 	}
 	return nil, fmt.Errorf("verdict %q not modelled", strings.Join(f, " "))
 }

@@ -48,8 +48,9 @@ package model
 //
 // The tracer's files, by role: this one builds a Tracer from a Model
 // (NewTracer: parse everything, check every reference); parse.go reads the
-// text of rules, set elements and base chains into the items of items.go
-// and the values of values.go; eval.go walks packets through them, on the
+// text of rules, set elements and base chains into the typed rules,
+// statements, expressions and values of package nft (values.go has the
+// tracer's helpers on them); eval.go walks packets through them, on the
 // packet, host, branch and outcome types of platform/linux/trace.
 
 import (
@@ -60,6 +61,8 @@ import (
 	"slices"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // CounterKey names the counter of a numgen inc expression: its chain and
@@ -85,18 +88,16 @@ type Tracer struct {
 }
 
 type tchain struct {
-	name     string
-	hook     string // "" for a regular chain
-	typ      string
-	priority int
-	policy   string // "accept" or "drop"
-	rules    []*trule
+	name string
+	// BaseChain is the base chain's spec (Hook "" for a regular chain).
+	nft.BaseChain
+	rules []*trule
 }
 
 type trule struct {
 	text  string
 	num   int // position from 1
-	items []item
+	stmts nft.Rule
 }
 
 type tset struct {
@@ -108,12 +109,10 @@ type tset struct {
 	index map[string]*telem
 }
 
+// telem is an element and its text ("key : value").
 type telem struct {
-	key []kval
-	// val is a data map's value, verdict a verdict map's.
-	val     []kval
-	verdict *verdictItem
-	text    string
+	nft.Elem
+	text string
 }
 
 // NewTracer parses every chain, rule, set and element of m (a table of
@@ -150,44 +149,46 @@ func NewTracer(fam knftables.Family, m *Model) (*Tracer, error) {
 	}
 	for _, ts := range t.sets {
 		if slices.ContainsFunc(ts.elems, func(e telem) bool {
-			return slices.ContainsFunc(e.key, func(k kval) bool { return k.kind == 'p' })
+			return slices.ContainsFunc(e.Key, func(k nft.Value) bool { return k.Kind == nft.KindPrefix })
 		}) {
 			continue
 		}
 		ts.index = make(map[string]*telem, len(ts.elems))
 		for i := range ts.elems {
-			ts.index[indexKey(ts.elems[i].key)] = &ts.elems[i]
+			ts.index[indexKey(ts.elems[i].Key)] = &ts.elems[i]
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.Chains)) {
 		c := m.Chains[name]
-		tc := &tchain{name: name, policy: "accept"}
+		tc := &tchain{name: name}
 		if c.Base != "" {
-			if err := tc.parseBase(c.Base); err != nil {
+			base, err := parseBase(c.Base)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("chain %s: %w", name, err))
 				continue
 			}
-			t.hooks[tc.hook] = append(t.hooks[tc.hook], tc)
+			tc.BaseChain = base
+			t.hooks[tc.Hook] = append(t.hooks[tc.Hook], tc)
 		}
 		for i, r := range c.Rules {
-			items, err := t.parseRule(r)
+			stmts, err := t.parseRule(r)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("chain %s rule %d (%s): %w", name, i+1, r, err))
 				continue
 			}
-			tc.rules = append(tc.rules, &trule{text: r, num: i + 1, items: items})
+			tc.rules = append(tc.rules, &trule{text: r, num: i + 1, stmts: stmts})
 		}
 		t.chains[name] = tc
 	}
 	for _, hs := range t.hooks {
-		slices.SortStableFunc(hs, func(a, b *tchain) int { return cmp.Compare(a.priority, b.priority) })
+		slices.SortStableFunc(hs, func(a, b *tchain) int { return cmp.Compare(a.Priority, b.Priority) })
 	}
 	// References: every chain a rule or verdict element points at, every
 	// set a rule reads.
 	for _, c := range t.chains {
 		for _, r := range c.rules {
-			for _, it := range r.items {
-				if err := t.checkRefs(it); err != nil {
+			for _, st := range r.stmts {
+				if err := t.checkRefs(st); err != nil {
 					errs = append(errs, fmt.Errorf("chain %s rule %d (%s): %w", c.name, r.num, r.text, err))
 				}
 			}
@@ -195,8 +196,8 @@ func NewTracer(fam knftables.Family, m *Model) (*Tracer, error) {
 	}
 	for _, s := range t.sets {
 		for _, e := range s.elems {
-			if e.verdict != nil && e.verdict.chain != "" && t.chains[e.verdict.chain] == nil {
-				errs = append(errs, fmt.Errorf("map %s: element %s: no chain %s", s.name, e.text, e.verdict.chain))
+			if e.Verdict != nil && e.Verdict.Chain != "" && t.chains[e.Verdict.Chain] == nil {
+				errs = append(errs, fmt.Errorf("map %s: element %s: no chain %s", s.name, e.text, e.Verdict.Chain))
 			}
 		}
 	}
@@ -213,22 +214,22 @@ func kindOf(s *Set) string {
 	return "set"
 }
 
-func (t *Tracer) checkRefs(it item) error {
+func (t *Tracer) checkRefs(st nft.Stmt) error {
 	var chains, sets []string
-	switch x := it.(type) {
-	case *verdictItem:
-		chains = append(chains, x.chain)
-	case *vmapItem:
-		sets = append(sets, x.set)
-	case *dnatItem:
-		if x.mapName != "" {
-			sets = append(sets, x.mapName)
+	switch x := st.(type) {
+	case *nft.Verdict:
+		chains = append(chains, x.Chain)
+	case *nft.VMap:
+		sets = append(sets, x.Map)
+	case *nft.DNAT:
+		if x.Map != "" {
+			sets = append(sets, x.Map)
 		}
-	case *updateItem:
-		sets = append(sets, x.set)
-	case *cond:
-		if x.set != "" {
-			sets = append(sets, x.set)
+	case *nft.Update:
+		sets = append(sets, x.Set)
+	case *nft.Match:
+		if x.Set != "" {
+			sets = append(sets, x.Set)
 		}
 	}
 	for _, c := range chains {
@@ -241,22 +242,22 @@ func (t *Tracer) checkRefs(it item) error {
 			return fmt.Errorf("no set or map %s", s)
 		}
 	}
-	switch x := it.(type) {
-	case *updateItem:
-		if t.sets[x.set].isMap {
-			return fmt.Errorf("update @%s: a map, not a set", x.set)
+	switch x := st.(type) {
+	case *nft.Update:
+		if t.sets[x.Set].isMap {
+			return fmt.Errorf("update @%s: a map, not a set", x.Set)
 		}
-	case *cond:
-		if x.set != "" && t.sets[x.set].isMap {
-			return fmt.Errorf("@%s: a map, not a set", x.set)
+	case *nft.Match:
+		if x.Set != "" && t.sets[x.Set].isMap {
+			return fmt.Errorf("@%s: a map, not a set", x.Set)
 		}
-	case *vmapItem:
-		if !t.sets[x.set].isMap {
-			return fmt.Errorf("vmap @%s: a set, not a map", x.set)
+	case *nft.VMap:
+		if !t.sets[x.Map].isMap {
+			return fmt.Errorf("vmap @%s: a set, not a map", x.Map)
 		}
-	case *dnatItem:
-		if x.mapName != "" && !t.sets[x.mapName].isMap {
-			return fmt.Errorf("map @%s: a set, not a map", x.mapName)
+	case *nft.DNAT:
+		if x.Map != "" && !t.sets[x.Map].isMap {
+			return fmt.Errorf("map @%s: a set, not a map", x.Map)
 		}
 	}
 	return nil

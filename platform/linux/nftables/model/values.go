@@ -5,51 +5,23 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
-// kval is one part of a key or value: an address, a prefix or a number
-// (protocols are numbers).
-type kval struct {
-	addr netip.Addr
-	pfx  netip.Prefix
-	num  uint64
-	kind byte // 'a', 'p', 'n', 's' (a string: interface names, types)
-	str  string
-}
-
-func (k kval) String() string {
-	switch k.kind {
-	case 'a':
-		return k.addr.String()
-	case 'p':
-		return k.pfx.String()
-	case 'n':
-		if k.str != "" {
-			return k.str // a protocol's name
-		}
-		return strconv.FormatUint(k.num, 10)
-	}
-	return k.str
-}
-
-func canon(ks []kval) string {
-	parts := make([]string, len(ks))
-	for i, k := range ks {
-		parts[i] = k.String()
-	}
-	return strings.Join(parts, " . ")
-}
+// canon writes values as a key ("10.96.0.1 . tcp . 80").
+func canon(ks []nft.Value) string { return nft.Key(ks).String() }
 
 // indexKey is the canonical form of a key for exact lookups (protocols as
 // numbers, whatever the text said).
-func indexKey(ks []kval) string {
+func indexKey(ks []nft.Value) string {
 	var b strings.Builder
 	for i, k := range ks {
 		if i > 0 {
 			b.WriteString(" . ")
 		}
-		if k.kind == 'n' {
-			b.WriteString(strconv.FormatUint(k.num, 10))
+		if k.Kind == nft.KindNum {
+			b.WriteString(strconv.FormatUint(k.Num, 10))
 		} else {
 			b.WriteString(k.String())
 		}
@@ -57,38 +29,55 @@ func indexKey(ks []kval) string {
 	return b.String()
 }
 
-// matches reports whether a packet value v matches element part e.
-func (e kval) matches(v kval) bool {
-	switch e.kind {
-	case 'p':
-		return v.kind == 'a' && e.pfx.Contains(v.addr)
-	case 'a':
-		return v.kind == 'a' && e.addr == v.addr
-	case 'n':
-		return v.kind == 'n' && e.num == v.num
+// isWord reports whether v is a word (a name or a string): the two compare
+// by their text.
+func isWord(v nft.Value) bool { return v.Kind == nft.KindName || v.Kind == nft.KindString }
+
+// partMatches reports whether a packet value v matches element part e.
+func partMatches(e, v nft.Value) bool {
+	switch e.Kind {
+	case nft.KindPrefix:
+		return v.Kind == nft.KindAddr && e.Prefix.Contains(v.Addr)
+	case nft.KindAddr:
+		return v.Kind == nft.KindAddr && e.Addr == v.Addr
+	case nft.KindNum:
+		return v.Kind == nft.KindNum && e.Num == v.Num
 	}
-	return v.kind == 's' && e.str == v.str
+	return isWord(v) && e.Str == v.Str
 }
 
-var protoNums = map[string]uint64{"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
+// parseNum reads a number as nft does: decimal, or hexadecimal after "0x"
+// (the Value keeps the digits' count, to write it back the same).
+func parseNum(s string, bits int) (nft.Value, error) {
+	n, err := strconv.ParseUint(s, 0, bits)
+	if err != nil {
+		return nft.Value{}, err
+	}
+	v := nft.Num(n)
+	if h, ok := strings.CutPrefix(s, "0x"); ok && len(h) <= 0xff {
+		v.Hex = uint8(len(h))
+	}
+	return v, nil
+}
 
-// parseKval reads one part of an element key or value.
-func parseKval(s string) (kval, error) {
+// parseKeyPart reads one part of an element key or value: an address, a
+// prefix, a protocol or a number.
+func parseKeyPart(s string) (nft.Value, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return kval{}, err
+			return nft.Value{}, err
 		}
-		return kval{kind: 'p', pfx: p.Masked()}, nil
+		return nft.Prefix(p.Masked()), nil
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
-		return kval{kind: 'a', addr: a}, nil
+		return nft.Addr(a), nil
 	}
-	if n, ok := protoNums[s]; ok {
-		return kval{kind: 'n', num: n, str: s}, nil
+	if v, ok := nft.Proto(s); ok {
+		return v, nil
 	}
-	if n, err := strconv.ParseUint(s, 0, 32); err == nil {
-		return kval{kind: 'n', num: n}, nil
+	if v, err := parseNum(s, 32); err == nil {
+		return v, nil
 	}
-	return kval{}, fmt.Errorf("element part %q: not an address, prefix, protocol or number", s)
+	return nft.Value{}, fmt.Errorf("element part %q: not an address, prefix, protocol or number", s)
 }
