@@ -144,6 +144,37 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 	}
 	next := func(st trace.State) ([]trace.Branch, error) { return t.evalItems(h, c, i, k+1, st, depth) }
 	fail := func(st trace.State) ([]trace.Branch, error) { return t.walkFrom(h, c, i+1, st, depth) }
+	// lookup evaluates key, looks each alternative up in map name, and
+	// goes on with found for an element, with the next rule otherwise.
+	lookup := func(key []nft.Expr, name string, found func(trace.State, valAlt, *telem) ([]trace.Branch, error)) ([]trace.Branch, error) {
+		alts, err := t.evalConcat(h, c, r, k, key, &st)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
+		}
+		var out []trace.Branch
+		for _, a := range alts {
+			s := a.apply(st, len(alts) > 1)
+			var res []trace.Branch
+			var e *telem
+			if !a.absent {
+				e = t.sets[name].lookup(a.vals)
+			}
+			switch {
+			case a.absent:
+				res, err = fail(s)
+			case e == nil:
+				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), name)
+				res, err = fail(s)
+			default:
+				res, err = found(s, a, e)
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res...)
+		}
+		return out, nil
+	}
 	switch it := r.stmts[k].(type) {
 	case *nft.Match:
 		alts, err := t.evalCond(h, c, r, k, it, &st)
@@ -200,39 +231,10 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 		st.Note("%s: %s", t.ruleRef(c, i), r.text)
 		return t.verdict(h, c, i, it, st, depth)
 	case *nft.VMap:
-		alts, err := t.evalConcat(h, c, r, k, it.Key, &st)
-		if err != nil {
-			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
-		}
-		var out []trace.Branch
-		for _, a := range alts {
-			s := a.apply(st, len(alts) > 1)
-			if a.absent {
-				res, err := fail(s)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, res...)
-				continue
-			}
-			e := t.sets[it.Map].lookup(a.vals)
-			if e == nil {
-				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.Map)
-				res, err := fail(s)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, res...)
-				continue
-			}
+		return lookup(it.Key, it.Map, func(s trace.State, _ valAlt, e *telem) ([]trace.Branch, error) {
 			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.Verdict)
-			res, err := t.verdict(h, c, i, e.Verdict, s, depth)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, res...)
-		}
-		return out, nil
+			return t.verdict(h, c, i, e.Verdict, s, depth)
+		})
 	case *nft.DNAT:
 		if it.Map == "" {
 			st.Dst, st.DNAT = it.Addr, true
@@ -242,31 +244,7 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 			st.Note("%s: %s", t.ruleRef(c, i), r.text)
 			return []trace.Branch{{St: st, End: trace.EndAccept}}, nil
 		}
-		alts, err := t.evalConcat(h, c, r, k, it.Key, &st)
-		if err != nil {
-			return nil, fmt.Errorf("%s (%s): %w", t.ruleRef(c, i), r.text, err)
-		}
-		var out []trace.Branch
-		for _, a := range alts {
-			s := a.apply(st, len(alts) > 1)
-			if a.absent {
-				res, err := fail(s)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, res...)
-				continue
-			}
-			e := t.sets[it.Map].lookup(a.vals)
-			if e == nil {
-				s.Note("%s: %s: %s not in @%s, next rule", t.ruleRef(c, i), r.text, canon(a.vals), it.Map)
-				res, err := fail(s)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, res...)
-				continue
-			}
+		return lookup(it.Key, it.Map, func(s trace.State, a valAlt, e *telem) ([]trace.Branch, error) {
 			if len(e.Data) < 1 || len(e.Data) > 2 || e.Data[0].Kind != nft.KindAddr || (len(e.Data) == 2 && e.Data[1].Kind != nft.KindNum) {
 				return nil, fmt.Errorf("%s (%s): element %s: want address [. port]", t.ruleRef(c, i), r.text, e.text)
 			}
@@ -275,9 +253,8 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 				s.DstPort = uint16(e.Data[1].Num)
 			}
 			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, a.describe(), netip.AddrPortFrom(s.Dst, s.DstPort))
-			out = append(out, trace.Branch{St: s, End: trace.EndAccept})
-		}
-		return out, nil
+			return []trace.Branch{{St: s, End: trace.EndAccept}}, nil
+		})
 	case *nft.Masquerade:
 		st.Masq = true
 		st.Note("%s: %s", t.ruleRef(c, i), r.text)
