@@ -14,7 +14,8 @@ func modes() app.Modes {
 		string(config.ModeIPTables): {NewDryRun: iptablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
 		string(config.ModeNFTables): {NewDryRun: nftablesDryRun, ClassifyError: classifyIPTablesError, LocalAddrs: linuxAddrs},
 		string(config.ModeKernelspace): {NewDryRun: kernelspaceDryRun, ClassifyError: classifyHNSError,
-			PodsAlwaysKnown: modeconfig.PodsAlwaysKnown(string(config.ModeKernelspace))},
+			PodsAlwaysKnown:     modeconfig.PodsAlwaysKnown(string(config.ModeKernelspace)),
+			PreserveDestination: modeconfig.PreservesDestination(string(config.ModeKernelspace))},
 	}
 	addPlatformModes(m)
 	return m

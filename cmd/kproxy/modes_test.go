@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kproxy/kproxy/cmd/internal/modeconfig"
 	"github.com/kproxy/kproxy/pkg/app"
 	"github.com/kproxy/kproxy/pkg/config"
 	"github.com/kproxy/kproxy/pkg/metrics"
+	"github.com/kproxy/kproxy/platform/windows"
 	"github.com/kproxy/kproxy/platform/windows/hns"
 	"github.com/kproxy/kproxy/platform/windows/plan"
 )
@@ -69,5 +72,28 @@ func TestHNSOptionsMetrics(t *testing.T) {
 	}
 	if got := modeconfig.HNS(o, v1.IPv4Protocol, nil, app.Env{}).Metrics; got != nil {
 		t.Errorf("dry run Metrics = %#v, want nil (the backend's no-op default)", got)
+	}
+}
+
+// TestModeSettings: the kernelspace mode's intent settings, as the daemon
+// and kproxy explain build them, are windows.Settings (pods always told
+// apart, preserve-destination honoured); the Linux modes honour neither by
+// themselves (upstream's Linux proxies ignore preserve-destination).
+func TestModeSettings(t *testing.T) {
+	for _, mode := range []v1alpha1.ProxyMode{config.ModeIPTables, config.ModeNFTables, config.ModeKernelspace} {
+		o := config.NewOptions()
+		o.Config.Mode = mode
+		m := modes()[string(mode)]
+		daemon, explained := app.Settings(o, m), modeconfig.Settings(o)
+		if !reflect.DeepEqual(daemon, explained) {
+			t.Errorf("%s: the daemon's settings %+v, explain's %+v", mode, daemon, explained)
+		}
+		win := mode == config.ModeKernelspace
+		if daemon.PreserveDestination != win || daemon.PodsAlwaysKnown != win {
+			t.Errorf("%s: settings %+v, want preserve-destination and pods always known %v", mode, daemon, win)
+		}
+		if win && (daemon.PreserveDestination != windows.Settings.PreserveDestination || daemon.PodsAlwaysKnown != windows.Settings.PodsAlwaysKnown) {
+			t.Errorf("kernelspace settings %+v, windows.Settings %+v", daemon, windows.Settings)
+		}
 	}
 }

@@ -84,6 +84,9 @@ type Mode struct {
 	// PodsAlwaysKnown: the platform tells pods from other clients whatever
 	// the detect-local setting (see intent.Settings).
 	PodsAlwaysKnown bool
+	// PreserveDestination: the platform honours the Service annotation
+	// preserve-destination (see intent.Settings).
+	PreserveDestination bool
 	// Cleanup removes everything this mode programmed. nil when the mode
 	// cannot run on this OS.
 	Cleanup func(ctx context.Context, o *config.Options) error

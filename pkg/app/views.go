@@ -23,7 +23,8 @@ func Settings(o *config.Options, mode Mode) intent.Settings {
 	case config.LocalModeInterfaceNamePrefix:
 		d.Interface = dl.InterfaceNamePrefix
 	}
-	return intent.Settings{MasqueradeAll: o.MasqueradeAll(), DetectLocal: d, PodsAlwaysKnown: mode.PodsAlwaysKnown}
+	return intent.Settings{MasqueradeAll: o.MasqueradeAll(), DetectLocal: d, PodsAlwaysKnown: mode.PodsAlwaysKnown,
+		PreserveDestination: mode.PreserveDestination}
 }
 
 // FullView builds, with a Builder of its own, the full View of family f for

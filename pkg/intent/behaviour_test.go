@@ -193,3 +193,68 @@ func TestFrontendOrder(t *testing.T) {
 		t.Errorf("invalid ClusterIP: got %v %v, want no port and one InvalidServicePort problem", p, problems)
 	}
 }
+
+// TestPreserveDestinationRoutes: the preserve-destination annotation is
+// decided here, as routes. Where the platform honours it, the NodePort
+// serves only this node's endpoints (masqueraded unless
+// externalTrafficPolicy is Local), the load balancer IPs too, unmasqueraded
+// and keeping the destination; the externalIPs and the ClusterIP are left
+// as without it. Where the platform ignores it (Linux, as upstream), every
+// route is the annotation-free one.
+func TestPreserveDestinationRoutes(t *testing.T) {
+	local := proxy.Endpoint{IP: netip.MustParseAddr("10.244.1.5"), Port: 8080, Ready: true, Serving: true, Local: true}
+	remote := proxy.Endpoint{IP: netip.MustParseAddr("10.244.2.5"), Port: 8080, Ready: true, Serving: true}
+	mk := func(etpLocal bool, eps ...proxy.Endpoint) *proxy.ServicePort {
+		sp := &proxy.ServicePort{
+			Name:   proxy.ServicePortName{Port: "p", Protocol: v1.ProtocolTCP},
+			Family: v1.IPv4Protocol, Protocol: v1.ProtocolTCP,
+			ClusterIP: netip.MustParseAddr("10.96.0.1"), Port: 80, NodePort: 30080,
+			ExternalIPs:         []netip.Addr{netip.MustParseAddr("192.168.1.1")},
+			LoadBalancerIPs:     []netip.Addr{netip.MustParseAddr("192.168.2.1")},
+			ExternalPolicyLocal: etpLocal, PreserveDestination: true,
+			ClusterEndpoints: eps, HasAnyEndpoints: len(eps) > 0,
+		}
+		for _, ep := range eps {
+			if ep.Local {
+				sp.LocalEndpoints = append(sp.LocalEndpoints, ep)
+			}
+		}
+		sp.Name.Name, sp.Name.Namespace = "s", "ns"
+		return sp
+	}
+	all := func(r intent.Route) [3]intent.Route { return [3]intent.Route{r, r, r} }
+	kept := func(r intent.Route) intent.Route { r.PreserveDestination = true; return r }
+	cluster := intent.Route{Verdict: intent.DNAT, Set: intent.Cluster}
+	clusterMasq := intent.Route{Verdict: intent.DNAT, Set: intent.Cluster, Masquerade: true}
+	localRoute := intent.Route{Verdict: intent.DNAT, Set: intent.Local}
+	localMasq := intent.Route{Verdict: intent.DNAT, Set: intent.Local, Masquerade: true}
+	drop := intent.Route{Verdict: intent.Drop}
+	for _, tc := range []struct {
+		name            string
+		honoured        bool
+		sp              *proxy.ServicePort
+		np, extIP, lbIP [3]intent.Route
+	}{
+		{"honoured, policy Cluster", true, mk(false, local, remote), all(localMasq), all(clusterMasq), all(kept(localRoute))},
+		{"honoured, policy Local", true, mk(true, local, remote), all(localRoute),
+			[3]intent.Route{cluster, clusterMasq, localRoute}, all(kept(localRoute))},
+		{"honoured, none here", true, mk(false, remote), all(drop), all(clusterMasq), all(kept(drop))},
+		{"ignored (Linux), policy Cluster", false, mk(false, local, remote), all(clusterMasq), all(clusterMasq), all(clusterMasq)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := intent.Config{Family: v1.IPv4Protocol, PodSources: true, PreserveDestination: tc.honoured}
+			p, problems := intent.Build(cfg, tc.sp, nil)
+			if len(problems) != 0 {
+				t.Fatalf("problems %v", problems)
+			}
+			if got := p.ClusterIP().Routes; got != all(cluster) && got != [3]intent.Route{cluster, clusterMasq, clusterMasq} {
+				t.Errorf("ClusterIP routes %+v changed", got)
+			}
+			for i, want := range [][3]intent.Route{tc.np, tc.extIP, tc.lbIP} {
+				if got := p.Frontends[i+1].Routes; got != want {
+					t.Errorf("%s routes %+v, want %+v", &p.Frontends[i+1], got, want)
+				}
+			}
+		})
+	}
+}

@@ -34,6 +34,9 @@ type Config struct {
 	// and those on its interfaces, loopback excluded), sorted. Source ranges
 	// that contain one admit the load balancer IPs as sources too.
 	NodeIPs []netip.Addr
+	// PreserveDestination: the platform honours the preserve-destination
+	// annotation (HNS; Linux ignores it, as upstream does).
+	PreserveDestination bool
 }
 
 // DependsOnNodeIPs reports whether sp's intent changes with Config.NodeIPs
@@ -94,10 +97,9 @@ func (b *builder) build(conns map[netip.AddrPort]int) *Port {
 	}
 	p := &Port{
 		Name: sp.Name, Family: sp.Family, Protocol: sp.Protocol, From: sp,
-		Algorithm:           sp.EffectiveAlgorithm(),
-		AffinitySeconds:     max(sp.AffinityTimeoutSeconds, 0),
-		PreserveDestination: sp.PreserveDestination,
-		HasAnyEndpoints:     sp.HasAnyEndpoints,
+		Algorithm:       sp.EffectiveAlgorithm(),
+		AffinitySeconds: max(sp.AffinityTimeoutSeconds, 0),
+		HasAnyEndpoints: sp.HasAnyEndpoints,
 	}
 	if sp.HealthCheckNodePort > 0 && sp.HealthCheckNodePort <= 65535 {
 		p.HealthCheckNodePort = sp.HealthCheckNodePort
@@ -127,8 +129,17 @@ func (b *builder) build(conns map[netip.AddrPort]int) *Port {
 		return p
 	}
 	ext := b.externalRoutes(p)
+	// preserve-destination, as upstream's Windows proxy reads it: the
+	// NodePort and the load balancer IPs serve only this node's endpoints,
+	// the load balancer IPs keeping the destination; the externalIPs are
+	// left as they are.
+	np, lb := ext, ext
+	if sp.PreserveDestination && cfg.PreserveDestination {
+		np = localOnly(p, !sp.ExternalPolicyLocal, false)
+		lb = localOnly(p, false, true)
+	}
 	if nodePort != 0 {
-		p.Frontends = append(p.Frontends, Frontend{Kind: NodePort, Port: nodePort, Routes: ext})
+		p.Frontends = append(p.Frontends, Frontend{Kind: NodePort, Port: nodePort, Routes: np})
 	}
 	for _, a := range extIPs {
 		p.Frontends = append(p.Frontends, Frontend{Kind: ExternalIP, Addr: a, Port: sp.Port, Routes: ext})
@@ -141,7 +152,7 @@ func (b *builder) build(conns map[netip.AddrPort]int) *Port {
 		allowed = lbIPs
 	}
 	for _, a := range lbIPs {
-		p.Frontends = append(p.Frontends, Frontend{Kind: LoadBalancerIP, Addr: a, Port: sp.Port, Routes: ext,
+		p.Frontends = append(p.Frontends, Frontend{Kind: LoadBalancerIP, Addr: a, Port: sp.Port, Routes: lb,
 			SourceRanges: ranges, AllowedSources: allowed})
 	}
 	return p
@@ -261,6 +272,16 @@ func (b *builder) externalRoutes(p *Port) [numSources]Route {
 		FromNode:    Route{Verdict: DNAT, Set: Cluster, Masquerade: true},
 		FromOutside: outside,
 	}
+}
+
+// localOnly are the routes of a frontend of preserve-destination: every
+// source reaches only this node's endpoints (dropped when there is none
+// here, rejected when the Service has none anywhere), masqueraded or not,
+// the destination kept or not.
+func localOnly(p *Port, masq, keep bool) [numSources]Route {
+	r := to(p, Local, masq)
+	r.PreserveDestination = keep
+	return [numSources]Route{r, r, r}
 }
 
 // LeastConnectionWeights gives each endpoint of eps the weight 1/(1+c), c

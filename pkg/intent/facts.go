@@ -91,6 +91,10 @@ type Settings struct {
 	// the detect-local setting (HNS applies a ClusterIP's load balancer to
 	// the traffic of this node's pods and of the node itself).
 	PodsAlwaysKnown bool
+	// PreserveDestination: the platform honours the Service annotation
+	// preserve-destination (HNS, as upstream's Windows proxy; Linux ignores
+	// it, as upstream's Linux proxies do).
+	PreserveDestination bool
 }
 
 // Config returns the intent's Config of family f on a node with these
@@ -101,6 +105,8 @@ func (s Settings) Config(f v1.IPFamily, node proxy.Node, local []netip.Addr) Con
 		MasqueradeAll: s.MasqueradeAll,
 		PodSources:    s.PodsAlwaysKnown || s.DetectLocal.PodSources(f, node),
 		NodeIPs:       NodeIPs(f, node, local),
+
+		PreserveDestination: s.PreserveDestination,
 	}
 }
 

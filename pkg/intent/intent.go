@@ -117,6 +117,12 @@ type Route struct {
 	// Masquerade rewrites the source to a node address, so that the answer
 	// comes back through this node. Only meaningful for DNAT.
 	Masquerade bool
+	// PreserveDestination: the frontend keeps its address as the
+	// connection's destination (the Service's preserve-destination
+	// annotation, on a platform that honours it: HNS's direct server
+	// return). A DNAT then picks from Local only; whatever the verdict, the
+	// frontend's forwarded health check keeps the destination too.
+	PreserveDestination bool
 }
 
 // FrontendKind is the kind of Service address a frontend is.
@@ -225,10 +231,6 @@ type Port struct {
 	AffinitySeconds int32
 	// HealthCheckNodePort is the Service's healthCheckNodePort (0: none).
 	HealthCheckNodePort int32
-	// PreserveDestination is the Service's preserve-destination annotation
-	// (kept for the HNS renderer, which honours it as upstream's Windows
-	// proxy does; Linux ignores it, as upstream).
-	PreserveDestination bool
 	// HasAnyEndpoints: a usable endpoint exists somewhere in the cluster.
 	HasAnyEndpoints bool
 	// Problems lists the input left out (fields named).
@@ -265,11 +267,14 @@ func (p *Port) Weights(s Set) []float64 {
 func (p *Port) ClusterIP() *Frontend { return &p.Frontends[0] }
 
 // External returns the external frontends (NodePort, externalIPs, load
-// balancer IPs), which share their routes.
+// balancer IPs). They share their routes, but for preserve-destination:
+// there the NodePort's and the load balancer IPs' routes keep the
+// destination (Route.PreserveDestination) and the externalIPs' do not.
 func (p *Port) External() []Frontend { return p.Frontends[1:] }
 
-// ExternalRoutes returns the routes every external frontend shares, and
-// false when the port has no external frontend.
+// ExternalRoutes returns the routes of the first external frontend, which
+// every external frontend shares on a platform that does not honour
+// preserve-destination, and false when the port has no external frontend.
 func (p *Port) ExternalRoutes() ([numSources]Route, bool) {
 	if len(p.Frontends) < 2 {
 		return [numSources]Route{}, false

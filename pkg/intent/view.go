@@ -339,5 +339,6 @@ func (b *Builder) problemsOf(v, prev *View) map[proxy.ServicePortName][]proxy.Un
 // sameDecisionSettings reports whether two configs make the same decisions
 // for every port whose intent does not depend on the node's addresses.
 func sameDecisionSettings(a, b Config) bool {
-	return a.Family == b.Family && a.MasqueradeAll == b.MasqueradeAll && a.PodSources == b.PodSources
+	return a.Family == b.Family && a.MasqueradeAll == b.MasqueradeAll && a.PodSources == b.PodSources &&
+		a.PreserveDestination == b.PreserveDestination
 }

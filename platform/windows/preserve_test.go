@@ -66,14 +66,17 @@ lb TCP 192.168.70.7:32036 -> 32036 flags=0 pflags=0 dist=0 eps=10.244.1.2
 lb TCP 192.168.70.7:80 -> 8080 flags=0 pflags=16 dist=0 eps=10.244.1.5,10.244.2.5
 `+endpoints+"ep 10.244.2.5 remote name=kproxy-remote-10.244.2.5\n")
 
-	// Without DSR in HNS the annotation is ignored, with a warning.
+	// Without DSR in HNS the destination cannot be kept: the NodePort and
+	// the load balancer IP still serve only this node's endpoints (the
+	// routing mesh stays off), without DSR, mux or PreserveDIP, with a
+	// warning. (Upstream ignores the annotation there.)
 	old := newHarness(t, l2bridgeNet, hns.Version{Major: 9, Minor: 0}, withHC)
 	old.f.AddLocalEndpoint(old.net, wt.MustAddr("10.244.1.2"), "cbr0")
 	old.mustSync(svc(true, both...), proxy.Changes{Full: true})
-	wt.MustEqual(t, "without DSR", old.f.Dump(), `lb TCP *:30036 -> 8080 flags=0 pflags=18 dist=0 eps=10.244.1.5,10.244.2.5
+	wt.MustEqual(t, "without DSR", old.f.Dump(), `lb TCP *:30036 -> 8080 flags=0 pflags=18 dist=0 eps=10.244.1.5
 lb TCP 10.96.0.36:80 -> 8080 flags=0 pflags=0 dist=0 eps=10.244.1.5,10.244.2.5
 lb TCP 192.168.70.7:32036 -> 32036 flags=0 pflags=0 dist=0 eps=10.244.1.2
-lb TCP 192.168.70.7:80 -> 8080 flags=0 pflags=16 dist=0 eps=10.244.1.5,10.244.2.5
+lb TCP 192.168.70.7:80 -> 8080 flags=0 pflags=16 dist=0 eps=10.244.1.5
 `+endpoints+"ep 10.244.2.5 remote name=kproxy-remote-10.244.2.5\n")
 	if len(old.warns) != 1 || old.warns[0] != "ns/keep-dip "+plan.ReasonPreserveDestinationUnsupported {
 		t.Errorf("warnings %v, want one %s", old.warns, plan.ReasonPreserveDestinationUnsupported)

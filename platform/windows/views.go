@@ -9,9 +9,10 @@ import (
 
 // Settings are the intent settings of the kernelspace mode with default
 // options: HNS applies a ClusterIP's load balancer to this node's pods and
-// to the node itself, so pods are always told apart from other clients,
-// and --masquerade-all has no HNS equivalent (see config.Options.MasqueradeAll).
-var Settings = intent.Settings{PodsAlwaysKnown: true}
+// to the node itself, so pods are always told apart from other clients;
+// --masquerade-all has no HNS equivalent (see config.Options.MasqueradeAll);
+// the preserve-destination annotation is honoured.
+var Settings = intent.Settings{PodsAlwaysKnown: true, PreserveDestination: true}
 
 // Views builds one family's intent views from snapshots the way the app
 // does for the kernelspace mode, for callers that hold snapshots rather

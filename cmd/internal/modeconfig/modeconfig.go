@@ -87,7 +87,15 @@ func PodsAlwaysKnown(mode string) bool {
 	return mode == string(config.ModeKernelspace)
 }
 
+// PreservesDestination tells whether mode honours the Service annotation
+// preserve-destination: HNS does, as upstream's Windows proxy; the Linux
+// modes ignore it, as upstream's.
+func PreservesDestination(mode string) bool {
+	return mode == string(config.ModeKernelspace)
+}
+
 // Settings are the intent settings of o's mode.
 func Settings(o *config.Options) intent.Settings {
-	return app.Settings(o, app.Mode{PodsAlwaysKnown: PodsAlwaysKnown(string(o.ProxyMode()))})
+	m := string(o.ProxyMode())
+	return app.Settings(o, app.Mode{PodsAlwaysKnown: PodsAlwaysKnown(m), PreserveDestination: PreservesDestination(m)})
 }

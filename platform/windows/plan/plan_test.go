@@ -107,8 +107,8 @@ func TestPlanGolden(t *testing.T) {
 	}, {
 		// The preserve-destination annotation, as upstream: the NodePort and
 		// the LB IP only to local endpoints, the LB IP with DSR, UseMux and
-		// PreserveDIP; the ClusterIP unchanged. Without DSR it is ignored
-		// (with a warning).
+		// PreserveDIP; the ClusterIP unchanged. Without DSR the destination
+		// is not kept (a warning), the NodePort and LB IP still only local.
 		name: "preserve-destination",
 		ports: []*proxy.ServicePort{
 			wt.SvcPort("keep-dip", v1.ProtocolTCP, "10.96.0.36", 80, wt.NodePort(30036), wt.LBIPs("192.168.70.7"), wt.PreserveDestination(),

@@ -274,7 +274,7 @@ func (b *portPlanner) plan(p *intent.Port) *portResult {
 
 	// What HNS cannot express.
 	cip := p.ClusterIP()
-	routes, external := p.ExternalRoutes()
+	external := len(p.External()) > 0
 	var lbFrontends []*intent.Frontend
 	for i := range p.Frontends {
 		if p.Frontends[i].Kind == intent.LoadBalancerIP {
@@ -318,15 +318,21 @@ func (b *portPlanner) plan(p *intent.Port) *portResult {
 	case proxy.AlgorithmRoundRobin, proxy.AlgorithmLeastConnection:
 		b.warn(ReasonAlgorithmUnsupported, "%s %s is not available in HNS load balancers; connections are balanced by HNS's default distribution", proxy.AnnotationLoadBalancing, alg)
 	}
-	// Outside clients keep their source on the external frontends (the
-	// intent does not masquerade them: externalTrafficPolicy Local): HNS
-	// needs DSR for that.
-	outside := routes[intent.FromOutside]
-	extDSR := false
-	if external && outside.Verdict == intent.DNAT && !outside.Masquerade {
-		if f.Caps.DSR {
-			extDSR = true
-		} else {
+	// Outside clients keep their source on an external frontend whose
+	// route does not masquerade them (externalTrafficPolicy Local, and the
+	// load balancer IPs of preserve-destination): HNS needs DSR for that;
+	// keeping the destination too (preserve-destination) needs it as well.
+	wantsDSR, keeps := false, false
+	for _, fe := range p.External() {
+		r := fe.Routes[intent.FromOutside]
+		wantsDSR = wantsDSR || (r.Verdict == intent.DNAT && !r.Masquerade)
+		keeps = keeps || r.PreserveDestination
+	}
+	if !f.Caps.DSR {
+		if keeps {
+			b.warn(ReasonPreserveDestinationUnsupported,
+				"preserve-destination without DSR support in HNS: the NodePort and load balancer IPs still go only to endpoints on this node, but the destination is not kept")
+		} else if wantsDSR {
 			b.warn(ReasonLocalPolicyWithoutDSR,
 				"externalTrafficPolicy Local without DSR support in HNS: traffic still goes only to endpoints on this node, but the client source IP is not preserved")
 		}
@@ -367,67 +373,45 @@ func (b *portPlanner) plan(p *intent.Port) *portResult {
 		return b.res
 	}
 
-	// External frontends share one endpoint set: outside clients' route.
-	external2 := of(outside)
-	// preserve-destination (as upstream): the NodePort and the load
-	// balancer IPs go only to endpoints on this node, the latter with DSR,
-	// the destination IP preserved and HNS's mux.
-	preserve := p.PreserveDestination
-	if preserve && !f.Caps.DSR {
-		b.warn(ReasonPreserveDestinationUnsupported, "the preserve-destination annotation needs DSR support in HNS; ignored")
-		preserve = false
-	}
-	local := external2
-	if preserve {
-		local = b.backends(p, p.Local)
-	}
-	for _, fe := range lbFrontends {
-		// Even without endpoints here: the health server then tells the
-		// cloud load balancer to avoid this node.
-		b.healthCheck(p, fe.Addr, famFlag, preserve)
-	}
-	if len(external2.ips) == 0 && len(local.ips) == 0 {
-		return b.res
-	}
-	flags := famFlag
-	if extDSR {
-		flags |= hns.LBFlagDSR
-	}
-	mkFrom := func(to backends, kind LBKind, vip netip.Addr, port int32, pflags hns.PortMappingFlags, lbFlags hns.LoadBalancerFlags) *LBSpec {
+	// Each external frontend: the endpoints of outside clients' route (HNS
+	// applies it to every client), without SNAT where the route does not
+	// masquerade, the destination kept where the route keeps it.
+	for i := range p.External() {
+		fe := &p.External()[i]
+		r := fe.Routes[intent.FromOutside]
+		keep := r.PreserveDestination && f.Caps.DSR
+		if fe.Kind == intent.LoadBalancerIP {
+			// Even without endpoints here: the health server then tells
+			// the cloud load balancer to avoid this node.
+			b.healthCheck(p, fe.Addr, famFlag, keep)
+		}
+		to := of(r)
+		if len(to.ips) == 0 {
+			continue
+		}
+		flags := famFlag
+		if !r.Masquerade && f.Caps.DSR {
+			flags |= hns.LBFlagDSR
+		}
 		lb := &LBSpec{
-			Kind: kind, SourceVIP: b.sourceVIP(to), Protocol: proto, InternalPort: to.port, ExternalPort: uint16(port),
-			Distribution: dist, PortFlags: pflags, Flags: lbFlags, Endpoints: to.ips,
+			SourceVIP: b.sourceVIP(to), Protocol: proto, InternalPort: to.port, ExternalPort: uint16(fe.Port),
+			Distribution: dist, Flags: flags, Endpoints: to.ips,
 		}
-		if vip.IsValid() {
-			lb.FrontendVIPs = []netip.Addr{vip}
-		}
-		return lb
-	}
-	mk := func(kind LBKind, vip netip.Addr, port int32, pflags hns.PortMappingFlags) *LBSpec {
-		return mkFrom(external2, kind, vip, port, pflags, flags)
-	}
-	for _, fe := range p.External() {
 		switch fe.Kind {
 		case intent.NodePort:
-			if preserve {
-				if len(local.ips) > 0 {
-					b.add(mkFrom(local, KindNodePort, netip.Addr{}, fe.Port, hns.PortFlagVIPExternalIP|hns.PortFlagLocalRoutedVIP, flags))
-				}
-			} else if len(external2.ips) > 0 {
-				b.add(mk(KindNodePort, netip.Addr{}, fe.Port, hns.PortFlagVIPExternalIP|hns.PortFlagLocalRoutedVIP))
-			}
+			lb.Kind, lb.PortFlags = KindNodePort, hns.PortFlagVIPExternalIP|hns.PortFlagLocalRoutedVIP
 		case intent.ExternalIP:
-			if len(external2.ips) > 0 {
-				b.add(mk(KindExternalIP, fe.Addr, fe.Port, hns.PortFlagVIPExternalIP))
-			}
+			lb.Kind, lb.PortFlags = KindExternalIP, hns.PortFlagVIPExternalIP
 		case intent.LoadBalancerIP:
-			switch {
-			case preserve && len(local.ips) > 0:
-				b.add(mkFrom(local, KindLoadBalancerIP, fe.Addr, fe.Port, hns.PortFlagVIPExternalIP|hns.PortFlagUseMux|hns.PortFlagPreserveDIP, famFlag|hns.LBFlagDSR))
-			case !preserve && len(external2.ips) > 0:
-				b.add(mk(KindLoadBalancerIP, fe.Addr, fe.Port, hns.PortFlagVIPExternalIP))
-			}
+			lb.Kind, lb.PortFlags = KindLoadBalancerIP, hns.PortFlagVIPExternalIP
 		}
+		if fe.Addr.IsValid() {
+			lb.FrontendVIPs = []netip.Addr{fe.Addr}
+		}
+		if keep {
+			lb.PortFlags |= hns.PortFlagUseMux | hns.PortFlagPreserveDIP
+		}
+		b.add(lb)
 	}
 	return b.res
 }

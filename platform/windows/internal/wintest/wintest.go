@@ -186,7 +186,7 @@ func ScratchDir(t *testing.T) string {
 // Settings are the intent settings of the kernelspace mode (a copy of
 // windows.Settings, which this package cannot import; a test in
 // platform/windows keeps the two equal).
-var Settings = intent.Settings{PodsAlwaysKnown: true}
+var Settings = intent.Settings{PodsAlwaysKnown: true, PreserveDestination: true}
 
 // View returns the full intent view of family f of snap, as the app builds
 // it for the kernelspace mode.
