@@ -347,6 +347,22 @@ bench-cluster: controlplane
 		./test/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS) \
 		-cluster-bench-modes=$(BENCH_MODES)
 
+# bench-churn: at BENCH_CHURN_SERVICES Services × 10 endpoints, BENCH_CHURN_RATE
+# EndpointSlice updates per second for BENCH_CHURN_SECONDS (a rolling restart
+# of many Deployments), kproxy's nftables mode and then upstream kube-proxy's
+# on the same API server: each update's write → kernel latency (nft monitor
+# in the node's namespace), p50/p99/max, and the proxy's CPU in cores
+# (root; docs/benchmarks.md has the results).
+BENCH_CHURN_SERVICES ?= 10000
+BENCH_CHURN_RATE ?= 100
+BENCH_CHURN_SECONDS ?= 60
+BENCH_CHURN_MODES ?= nftables,kube-proxy-nftables
+.PHONY: bench-churn
+bench-churn: controlplane
+	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
+		./test/integration/ -args -cluster-bench-services=$(BENCH_CHURN_SERVICES) -cluster-bench-modes=$(BENCH_CHURN_MODES) \
+		-cluster-bench-connections=0 -cluster-bench-churn-rate=$(BENCH_CHURN_RATE) -cluster-bench-churn-seconds=$(BENCH_CHURN_SECONDS)
+
 # tools: helm (v4) and promtool built from hack/tools, a Go module of its own
 # (helm's and Prometheus's dependencies stay out of kproxy's go.mod and out
 # of go test ./...), into .build/tools/NAME-VERSION, once per version (cold:

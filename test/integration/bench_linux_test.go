@@ -71,6 +71,10 @@ const benchNamespace = "bench"
 //     from the write until a new connection reaches the new pod; median of 3;
 //   - RSS after programming and at the end, the peak (VmHWM), the Go heap
 //     in use and the live heap after the last collection (gctrace);
+//   - churn (-cluster-bench-churn-rate > 0): that many EndpointSlice updates
+//     a second for -cluster-bench-churn-seconds, each one endpoint of
+//     another Service replaced, write → kernel per update by nft monitor
+//     (p50, p99, max) and the proxy's CPU in cores (see churn);
 //   - the rules and chains kproxy owns in the IPv4 nat and filter tables;
 //   - the data plane: rounds (-cluster-bench-rounds) of new TCP connections
 //     from a client pod, alternating one through the probe Service's
@@ -426,6 +430,18 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	for range max(*benchChanges, 1) {
 		w.awaitIdle(ctx, host)
 		kernel = append(kernel, w.changeOneEndpoint(ctx, host))
+	}
+	if *benchChurnRate > 0 {
+		if flavour == "legacy" {
+			b.Logf("churn: skipped for iptables-legacy (nft monitor does not see it)")
+		} else {
+			w.awaitIdle(ctx, host)
+			r := w.churn(ctx, host, pid, *benchChurnRate, time.Duration(*benchChurnSeconds)*time.Second)
+			b.Logf("churn: %v", r)
+			b.ReportMetric(float64(r.p50.Microseconds())/1000, "churn-p50-ms")
+			b.ReportMetric(float64(r.p99.Microseconds())/1000, "churn-p99-ms")
+			b.ReportMetric(r.cpu, "churn-cores")
+		}
 	}
 	targets := []string{far, near}
 	for i := range trafficRuns {
