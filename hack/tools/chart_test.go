@@ -343,3 +343,25 @@ func TestChartCommandsInImage(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestChartNotesNameTheImages: the notes after helm install name each OS's
+// image as set, not the chart's appVersion.
+func TestChartNotesNameTheImages(t *testing.T) {
+	args := []string{"install", "--dry-run=client", "kproxy", filepath.Join(repo(t), "charts", "kproxy"), "--namespace", "kube-system",
+		"--set", "image.linux.tag=v9.9.1", "--set", "image.windows.repository=registry.example/kproxy-win"}
+	cmd := exec.Command(helm(t), args...)
+	cmd.Env = helmEnv(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	_, notes, ok := strings.Cut(string(out), "NOTES:")
+	if !ok {
+		t.Fatalf("no NOTES in:\n%s", out)
+	}
+	for _, want := range []string{"image ghcr.io/kproxy/kproxy:v9.9.1", "image registry.example/kproxy-win:dev"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+}
