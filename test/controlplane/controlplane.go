@@ -226,6 +226,19 @@ func (cp *ControlPlane) httpClient(tlsConfig *tls.Config) *http.Client {
 	}
 }
 
+// EtcdURL is etcd's client address (on loopback in the control plane's
+// namespace: reach it through EtcdClient).
+func (cp *ControlPlane) EtcdURL() string { return cp.opts.etcdClientURL() }
+
+// EtcdClient is an HTTP client that reaches etcd (Options.Dial), for its
+// JSON gateway (/v3/kv/...): the benchmarks load large clusters straight
+// into storage with it.
+func (cp *ControlPlane) EtcdClient() *http.Client {
+	c := cp.httpClient(nil)
+	c.Timeout = time.Minute
+	return c
+}
+
 func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {
 	return probe(ctx, cp.httpClient(nil), cp.opts.etcdClientURL()+"/health", "", `"health":"true"`)
 }

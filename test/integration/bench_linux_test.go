@@ -42,6 +42,7 @@ var (
 	benchChanges         = flag.Int("cluster-bench-changes", 5, "one-endpoint changes measured, each once kproxy is idle (median and p99 reported)")
 	benchWriters         = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
 	benchProfiles        = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
+	benchLoader          = flag.String("cluster-bench-loader", "api", "how the Services are loaded: api (client-go writers) or etcd (put into storage, for 50,000 and more; see loadStorage)")
 )
 
 // benchVerbosity is kproxy's -v in the benchmark (2 logs every sync, and
@@ -121,10 +122,18 @@ func BenchmarkCluster(b *testing.B) {
 			b.Fatalf("-cluster-bench-modes: %q is none of iptables, nftables, kube-proxy-iptables, kube-proxy-nftables", m)
 		}
 	}
+	if *benchLoader != "api" && *benchLoader != "etcd" {
+		b.Fatalf("-cluster-bench-loader: %q is neither api nor etcd", *benchLoader)
+	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			bins := requireBench(b, flavours, slices.ContainsFunc(variants, func(v string) bool { return strings.HasSuffix(v, "nftables") }))
-			c := netns.New(b, netns.Options{EchoBinary: echoBin})
+			top := proxytest.Default()
+			if *benchLoader == "etcd" {
+				// Room for 100,000 ClusterIPs and more.
+				top.ServiceCIDR4 = netip.MustParsePrefix("10.96.0.0/12")
+			}
+			c := netns.New(b, netns.Options{EchoBinary: echoBin, Topology: top})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 			defer cancel()
 			ie, err := Start(ctx, Options{Cluster: c, Binaries: bins, QPS: 5000, Burst: 5000, Logf: b.Logf})
@@ -241,6 +250,15 @@ func (w *benchWorld) load(ctx context.Context) {
 	b := w.b
 	if _, err := w.Admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
+	}
+	if *benchLoader == "etcd" {
+		probe, err := w.Writer.CreateService(ctx, w.Cluster.Topology.Service("probe", 98))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.probe = probe
+		w.loadStorage(ctx, w.Cluster.Topology.ServiceCIDR4)
+		return
 	}
 	begin := time.Now()
 	load0 := loadAvg()
