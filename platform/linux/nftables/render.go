@@ -61,6 +61,23 @@ type renderer struct {
 	// verdicts holds one copy of each dispatch verdict the ports'
 	// elements share (a full render's 10,000 ports go to a few chains).
 	verdicts map[nft.Verdict]*nft.Verdict
+	// shared holds one definition of each shared chain whose name says
+	// all of its rules, by name: the ports going the same way share it
+	// (the record holds one, not one per port).
+	shared map[string]chainDef
+}
+
+// sharedChain returns the definition of the shared chain name, c when it
+// is the first (c's rules must be what name says).
+func (r *renderer) sharedChain(c chainDef) chainDef {
+	if d, ok := r.shared[c.name]; ok {
+		return d
+	}
+	if r.shared == nil {
+		r.shared = map[string]chainDef{}
+	}
+	r.shared[c.name] = c
+	return c
 }
 
 // sharedVerdict returns the one copy of v (not to be modified).
@@ -264,22 +281,30 @@ func (r *renderer) slots(out []Elem, p *intent.Port, s intent.Set, np bool, addr
 func (r *renderer) dnatChain(s intent.Set, np bool, p *intent.Port, n int) chainDef {
 	proto := ProtoName(p.Protocol)
 	kind := "ip"
-	key := []nft.Expr{r.f.field("daddr"), dport(proto)}
 	if np {
 		kind = "np"
-		key = []nft.Expr{dport(proto)}
 	}
-	var name string
+	name := fmt.Sprintf("dnat-%s-%s-%s-r%d", s, kind, proto, n)
 	if hashed(p, s) {
 		name = fmt.Sprintf("dnat-%s-%s-%s-hash", s, kind, proto)
+	}
+	// The name says the chain's rules: the ports going to it share one
+	// definition.
+	if c, ok := r.shared[name]; ok {
+		return c
+	}
+	key := []nft.Expr{r.f.field("daddr"), dport(proto)}
+	if np {
+		key = []nft.Expr{dport(proto)}
+	}
+	if hashed(p, s) {
 		key = append(key, &nft.Jhash{Of: r.f.field("saddr"), Mod: proxy.SourceHashSlots, Seed: proxy.SourceHashSeed})
 	} else {
-		name = fmt.Sprintf("dnat-%s-%s-%s-r%d", s, kind, proto, n)
 		key = append(key, &nft.Numgen{Mode: "random", Mod: uint64(n)})
 	}
-	return chainDef{name: name, rules: []nft.Rule{
+	return r.sharedChain(chainDef{name: name, rules: []nft.Rule{
 		{&nft.DNAT{Family: r.f.ip, Key: key, Map: slotMap(s, np, proto)}},
-	}}
+	}})
 }
 
 // epsChain is a port's own chain picking from set s with constant DNAT
@@ -410,8 +435,15 @@ func (r *renderer) route(fe *intent.Frontend, targets [3]nft.Verdict, np bool) (
 		c = chainDef{role: role, rules: rulesOut}
 	case !split:
 		c = chainDef{name: "masq-" + pattern + "-" + strings.TrimPrefix(targets[out].String(), "goto "), rules: rulesOut}
+		// "all" and "nonpod" say which sources are masqueraded; "mixed"
+		// does not (in practice only the node's are: see
+		// pkg/intent.externalRoutes), so its chains are not shared here.
+		if pattern != "mixed" {
+			c = r.sharedChain(c)
+		}
 	default:
-		c = chainDef{name: "split-" + hash8(rulesText(rulesOut)), rules: rulesOut}
+		// Named by the hash of its rules.
+		c = r.sharedChain(chainDef{name: "split-" + hash8(rulesText(rulesOut)), rules: rulesOut})
 	}
 	return *nft.Goto(c.chainRef()), []chainDef{c}
 }
