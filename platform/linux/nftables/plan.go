@@ -692,18 +692,20 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 			t.addElem(e)
 		}
 	} else {
-		oldElems := make(map[Elem]Elem, len(oldOut.elems))
-		for _, e := range oldOut.elems {
-			oldElems[e.id()] = e
+		// The old elements by id (their index).
+		oldElems := make(map[Elem]int, len(oldOut.elems))
+		for i, e := range oldOut.elems {
+			oldElems[e.id()] = i
 		}
 		newElems := make(map[Elem]bool, len(out.elems))
 		for _, e := range out.elems {
 			newElems[e.id()] = true
-			if o, ok := oldElems[e.id()]; ok {
+			if i, ok := oldElems[e.id()]; ok {
+				o := &oldOut.elems[i]
 				if o.sameValue(&e) {
 					continue
 				}
-				t.delElem(o)
+				t.delElem(*o)
 			}
 			t.addElem(e)
 		}
