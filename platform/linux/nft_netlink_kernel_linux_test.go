@@ -15,6 +15,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nfttest"
 )
 
 // netlinkPorts are service ports whose elements fill every set and map the
@@ -134,9 +135,9 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 							t.Fatal(err)
 						}
 						for _, e := range els {
-							key, val := strings.Join(e.Key, " . "), strings.Join(e.Value, " . ")
-							dels = append(dels, nftables.ElemOp{Delete: true, Set: name, Key: key})
-							adds = append(adds, nftables.ElemOp{Set: name, Key: key, Value: val})
+							el := nfttest.Elem(t, name, e.Key, e.Value)
+							dels = append(dels, nftables.ElemOp{Delete: true, Elem: el})
+							adds = append(adds, nftables.ElemOp{Elem: el})
 							covered[name] = true
 						}
 					}
@@ -164,7 +165,8 @@ func TestKernelNFTNetlinkElements(t *testing.T) {
 				}
 
 				// Atomic: the first deletion is undone when the second fails.
-				bad := nftables.ElementTx(nftables.Family(fam), []nftables.ElemOp{dels[0], {Delete: true, Set: nftables.MapNodePorts, Key: "tcp . 1"}})
+				missing := nfttest.Elem(t, nftables.MapNodePorts, []string{"tcp", "1"}, []string{"drop"})
+				bad := nftables.ElementTx(nftables.Family(fam), []nftables.ElemOp{dels[0], {Delete: true, Elem: missing}})
 				err = sys.Run(ctx, bad)
 				if err == nil || !nftables.IsNotFound(err) {
 					t.Errorf("deleting a missing element: %v, want a not-found error", err)

@@ -198,29 +198,28 @@ func (r *renderer) fixedChains(n Node) []baseChain {
 // unspecified address, NodePort 0) in the dispatch maps: every partial
 // transaction deletes and adds them again, so it fails if someone flushed
 // a map or deleted the table, and the next sync is full.
-func (r *renderer) canaries() []elem {
-	unspec := "0.0.0.0"
+func (r *renderer) canaries() []Elem {
+	unspec := netip.IPv4Unspecified()
 	if r.f.ip == "ip6" {
-		unspec = "::"
+		unspec = netip.IPv6Unspecified()
 	}
-	return []elem{
-		{set: MapFrontends, key: unspec + " . tcp . 0", val: "drop"},
-		{set: MapNodePorts, key: "tcp . 0", val: "drop"},
-	}
+	drop := &nft.Verdict{Kind: "drop"}
+	tcp := uint8(nft.Protocols["tcp"])
+	return []Elem{dispatchElem(unspec, tcp, 0, drop), dispatchElem(netip.Addr{}, tcp, 0, drop)}
 }
 
 // fixedElems are the elements of the fixed sets: the canaries, and what
 // depends on the node (the pod CIDRs and the NodePort addresses).
-func (r *renderer) fixedElems(n Node) []elem {
+func (r *renderer) fixedElems(n Node) []Elem {
 	out := r.canaries()
 	if n.PodSources && r.podMatch != nil && r.podMatch.Set == SetPodCIDRs {
 		for _, p := range n.PodCIDRs {
-			out = append(out, elem{set: SetPodCIDRs, key: p.String()})
+			out = append(out, podCIDRElem(p))
 		}
 	}
 	if !n.NodePortsAll {
 		for _, a := range n.NodePortIPs {
-			out = append(out, elem{set: SetNodePorts, key: a.String()})
+			out = append(out, nodePortIPElem(a))
 		}
 	}
 	return out

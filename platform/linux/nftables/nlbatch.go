@@ -4,12 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // The hot path over netlink. A transaction of element operations only (an
@@ -18,9 +17,11 @@ import (
 // a socket it keeps open. nft -f closes its socket when it exits, and the
 // kernel makes that close wait for the release of what the transaction
 // deleted (an RCU grace period, about 20 ms here), whatever the table's
-// size; a socket that stays open does not wait. Anything this file cannot
-// encode (a set it does not know, a value it cannot read) goes through
-// nft -f as before.
+// size; a socket that stays open does not wait. The elements are typed
+// (Elem): their keys and values are written from their numbers and
+// address bytes, nothing is parsed. Anything this file does not encode
+// (the interval set of pod CIDRs, an address of the other family, a
+// verdict the kernel would refuse) goes through nft -f as before.
 
 // Netlink constants (linux/netlink.h, linux/netfilter/nfnetlink.h,
 // linux/netfilter/nf_tables.h), written out so that the encoding builds
@@ -54,139 +55,61 @@ const (
 )
 
 // Verdict codes (linux/netfilter.h and nf_tables.h).
-var verdictCodes = map[string]int32{"drop": 0, "accept": 1, "continue": -1, "return": -5}
-
-// field is how one part of a key or value is encoded: each part of a
-// concatenation takes a multiple of 4 bytes (nftables registers).
-type field int
-
-const (
-	fieldAddr    field = iota // ipv4_addr or ipv6_addr, network order
-	fieldProto                // inet_proto: 1 byte
-	fieldService              // inet_service: 2 bytes, network order
-	fieldSlot                 // numgen's integer: 32 bits, host order
-)
-
-// schema is the layout of one of kproxy's fixed sets or maps; verdict maps
-// have no value fields.
-type schema struct {
-	key, value []field
-	verdict    bool
-}
-
-// schemaOf returns the layout of the set or map named set (false: not one
-// this file encodes; the interval set of pod CIDRs and a port's own sets
-// are written by nft).
-func schemaOf(set string) (schema, bool) {
-	switch set {
-	case MapFrontends:
-		return schemaFrontends, true
-	case MapNodePorts:
-		return schemaNodePortsMap, true
-	case SetHairpin:
-		return schemaHairpin, true
-	case SetNodePorts:
-		return schemaNodePortsSet, true
-	case SetNodePortRejects:
-		return schemaNodePortRejects, true
-	}
-	// The endpoint maps: <cluster|local>-<ip|np>-<tcp|udp|sctp>.
-	set, ok := strings.CutPrefix(set, "cluster-")
-	if !ok {
-		if set, ok = strings.CutPrefix(set, "local-"); !ok {
-			return schema{}, false
-		}
-	}
-	kind, proto, _ := strings.Cut(set, "-")
-	switch proto {
-	case "tcp", "udp", "sctp":
-	default:
-		return schema{}, false
-	}
-	switch kind {
-	case "ip":
-		return schemaEndpointsIP, true
-	case "np":
-		return schemaEndpointsNP, true
-	}
-	return schema{}, false
-}
-
-// The layouts schemaOf returns (shared: it runs once per run of a set's
-// elements).
-var (
-	schemaFrontends       = schema{key: []field{fieldAddr, fieldProto, fieldService}, verdict: true}
-	schemaNodePortsMap    = schema{key: []field{fieldProto, fieldService}, verdict: true}
-	schemaHairpin         = schema{key: []field{fieldAddr, fieldAddr}}
-	schemaNodePortsSet    = schema{key: []field{fieldAddr}}
-	schemaNodePortRejects = schema{key: []field{fieldProto, fieldService}}
-	schemaEndpointsIP     = schema{key: []field{fieldAddr, fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
-	schemaEndpointsNP     = schema{key: []field{fieldService, fieldSlot}, value: []field{fieldAddr, fieldService}}
-)
+var verdictCodes = map[string]int32{"drop": 0, "accept": 1, "continue": -1, "return": -5, "jump": -3, "goto": -4}
 
 // errNotEncodable says a transaction has an operation this file does not
 // encode (it goes through nft -f).
 var errNotEncodable = errors.New("not encodable as a netlink batch")
 
-// encodeConcat appends text ("10.0.0.1 . tcp . 80") encoded as fields to
-// b. It allocates nothing: a full sync encodes some 200,000 of them.
-func encodeConcat(b []byte, text string, fields []field, v6 bool) ([]byte, error) {
-	rest, more := text, true
-	for i, f := range fields {
-		if !more {
-			return nil, fmt.Errorf("%w: %q has %d parts, want %d", errNotEncodable, text, i, len(fields))
-		}
-		var p string
-		p, rest, more = strings.Cut(rest, " . ")
-		switch f {
-		case fieldAddr:
-			a, err := netip.ParseAddr(p)
-			if err != nil || a.Is6() != v6 || a.Zone() != "" {
-				return nil, fmt.Errorf("%w: %q is not an address of the family", errNotEncodable, p)
-			}
-			if v6 {
-				a16 := a.As16()
-				b = append(b, a16[:]...)
-			} else {
-				a4 := a.As4()
-				b = append(b, a4[:]...)
-			}
-		case fieldProto:
-			var n uint64
-			switch p {
-			case "tcp":
-				n = 6
-			case "udp":
-				n = 17
-			case "sctp":
-				n = 132
-			default:
-				var err error
-				if n, err = strconv.ParseUint(p, 10, 8); err != nil {
-					return nil, fmt.Errorf("%w: protocol %q", errNotEncodable, p)
-				}
-			}
-			b = append(b, byte(n), 0, 0, 0)
-		case fieldService:
-			n, err := strconv.ParseUint(p, 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("%w: port %q", errNotEncodable, p)
-			}
-			b = binary.BigEndian.AppendUint16(b, uint16(n))
-			b = append(b, 0, 0)
-		case fieldSlot:
-			n, err := strconv.ParseUint(p, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("%w: slot %q", errNotEncodable, p)
-			}
-			b = binary.NativeEndian.AppendUint32(b, uint32(n))
-		}
+// The layout of nftables registers: each part of a concatenation takes a
+// multiple of 4 bytes; addresses and ports are in network order, a
+// protocol is one byte, numgen's slot a 32-bit number in host order.
+
+// appendAddr appends address bytes b (of an element of family v6) to w.
+func appendAddr(w []byte, b *[16]byte, v6 bool) []byte {
+	if v6 {
+		return append(w, b[:]...)
 	}
-	if more {
-		return nil, fmt.Errorf("%w: %q has more than %d parts", errNotEncodable, text, len(fields))
-	}
-	return b, nil
+	return append(w, b[:4]...)
 }
+
+func appendProto(w []byte, p uint8) []byte { return append(w, p, 0, 0, 0) }
+
+func appendService(w []byte, port uint16) []byte {
+	return append(binary.BigEndian.AppendUint16(w, port), 0, 0)
+}
+
+// appendKey appends e's key in its set's layout to w.
+func appendKey(w []byte, e *Elem) []byte {
+	switch e.set.layout() {
+	case layoutFrontends:
+		w = appendAddr(w, &e.addr, e.v6)
+		w = appendProto(w, e.proto)
+		return appendService(w, e.port)
+	case layoutProtoPort:
+		return appendService(appendProto(w, e.proto), e.port)
+	case layoutSlotsIP:
+		w = appendAddr(w, &e.addr, e.v6)
+		w = appendService(w, e.port)
+		return binary.NativeEndian.AppendUint32(w, e.slot)
+	case layoutSlotsNP:
+		return binary.NativeEndian.AppendUint32(appendService(w, e.port), e.slot)
+	case layoutAddrPair:
+		return appendAddr(appendAddr(w, &e.addr, e.v6), &e.to, e.v6)
+	case layoutAddr:
+		return appendAddr(w, &e.addr, e.v6)
+	}
+	return w
+}
+
+// appendData appends a data map element's value to w.
+func appendData(w []byte, e *Elem) []byte {
+	return appendService(appendAddr(w, &e.to, e.v6), e.toPort)
+}
+
+// hasAddr reports whether e holds an address (whose family must be the
+// table's): every layout but proto . port has one, in its key or value.
+func (e *Elem) hasAddr() bool { return e.set.layout() != layoutProtoPort }
 
 // nlBuf builds netlink messages and attributes in a buffer. With chunk
 // set, a message that might not fit in what is left of the buffer starts
@@ -344,30 +267,33 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 		}
 		cur, inMsg = nil, 0
 	}
-	var sc schema
 	var scratch []byte // a key or value, before it is copied into w
-	scSet := "\x00"    // the set sc is for (runs of one set are the rule)
 	for i := range ops {
 		op := &ops[i]
-		if op.Set != scSet {
-			var ok bool
-			if sc, ok = schemaOf(op.Set); !ok {
-				return nil, fmt.Errorf("%w: set %q", errNotEncodable, op.Set)
-			}
-			scSet = op.Set
+		if !op.set.encodable() {
+			return nil, fmt.Errorf("%w: set %q", errNotEncodable, op.Set())
 		}
 		if op.Flush {
 			// A deletion naming no element flushes the set.
 			closeMsg()
 			m := w.msg(nfnlSubsysNFTables<<8|nftMsgDelSetElem, nlmFRequest|nlmFAck, seq, proto, 0)
 			w.str(nftaSetElemListTable, TableName)
-			w.str(nftaSetElemListSet, op.Set)
+			w.str(nftaSetElemListSet, op.Set())
 			w.endMsg(m)
 			out.messages++
 			seq++
 			continue
 		}
-		if cur == nil || cur.Set != op.Set || cur.Delete != op.Delete || inMsg >= maxNetlinkMsgElems || len(w.b)-listStart > maxNetlinkListBytes {
+		if op.hasAddr() && op.v6 != v6 {
+			return nil, fmt.Errorf("%w: element %s of %s: an address of the other family", errNotEncodable, op.Elem, op.Set())
+		}
+		var vd *nft.Verdict
+		if !op.Delete && op.set.verdictMap() {
+			if vd = op.verdict; vd == nil || checkVerdict(vd) != nil {
+				return nil, fmt.Errorf("%w: element %s of %s: no verdict the kernel takes", errNotEncodable, op.Elem, op.Set())
+			}
+		}
+		if cur == nil || cur.set != op.set || cur.Delete != op.Delete || inMsg >= maxNetlinkMsgElems || len(w.b)-listStart > maxNetlinkListBytes {
 			closeMsg()
 			typ, flags := uint16(nfnlSubsysNFTables<<8|nftMsgNewSetElem), uint16(nlmFRequest|nlmFAck|nlmFCreate)
 			if op.Delete {
@@ -375,37 +301,25 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 			}
 			msgStart = w.msg(typ, flags, seq, proto, 0)
 			w.str(nftaSetElemListTable, TableName)
-			w.str(nftaSetElemListSet, op.Set)
+			w.str(nftaSetElemListSet, op.Set())
 			listStart = w.nest(nftaSetElemListElements | nlaFNested)
 			cur = op
 		}
 		inMsg++
 		el := w.nest(nftaListElem | nlaFNested)
-		key, err := encodeConcat(scratch[:0], op.Key, sc.key, v6)
-		if err != nil {
-			return nil, fmt.Errorf("%s key: %w", op.Set, err)
-		}
-		scratch = key
+		scratch = appendKey(scratch[:0], &op.Elem)
 		k := w.nest(nftaSetElemKey | nlaFNested)
-		w.attr(nftaDataValue, key)
+		w.attr(nftaDataValue, scratch)
 		w.endAttr(k)
 		if !op.Delete {
 			switch {
-			case sc.verdict:
-				if err := w.verdict(op.Value); err != nil {
-					return nil, fmt.Errorf("%s value: %w", op.Set, err)
-				}
-			case len(sc.value) > 0:
-				val, err := encodeConcat(scratch[:0], op.Value, sc.value, v6)
-				if err != nil {
-					return nil, fmt.Errorf("%s value: %w", op.Set, err)
-				}
-				scratch = val
+			case vd != nil:
+				w.verdict(vd)
+			case op.set.dataMap():
+				scratch = appendData(scratch[:0], &op.Elem)
 				d := w.nest(nftaSetElemData | nlaFNested)
-				w.attr(nftaDataValue, val)
+				w.attr(nftaDataValue, scratch)
 				w.endAttr(d)
-			case op.Value != "":
-				return nil, fmt.Errorf("%w: a value for set %s", errNotEncodable, op.Set)
 			}
 		}
 		w.endAttr(el)
@@ -418,34 +332,16 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 	return out, nil
 }
 
-// verdict writes a map element's verdict ("drop", "goto chain").
-func (w *nlBuf) verdict(v string) error {
-	code, ok := verdictCodes[v]
-	chain := ""
-	if !ok {
-		verb, name, found := strings.Cut(v, " ")
-		name = strings.Trim(name, `"`)
-		switch {
-		case !found || name == "" || strings.ContainsAny(name, " \"") || len(name) > 255:
-			return fmt.Errorf("%w: verdict %q", errNotEncodable, v)
-		case verb == "jump":
-			code = -3
-		case verb == "goto":
-			code = -4
-		default:
-			return fmt.Errorf("%w: verdict %q", errNotEncodable, v)
-		}
-		chain = name
-	}
+// verdict writes a map element's verdict (checked: see checkVerdict).
+func (w *nlBuf) verdict(v *nft.Verdict) {
 	d := w.nest(nftaSetElemData | nlaFNested)
 	vd := w.nest(nftaDataVerdict | nlaFNested)
-	w.attr(nftaVerdictCode, binary.BigEndian.AppendUint32(nil, uint32(code)))
-	if chain != "" {
-		w.str(nftaVerdictChain, chain)
+	w.attr(nftaVerdictCode, binary.BigEndian.AppendUint32(nil, uint32(verdictCodes[v.Kind])))
+	if v.Chain != "" {
+		w.str(nftaVerdictChain, v.Chain)
 	}
 	w.endAttr(vd)
 	w.endAttr(d)
-	return nil
 }
 
 // ackState collects the kernel's answers to one batch.

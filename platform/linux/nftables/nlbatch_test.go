@@ -3,56 +3,140 @@ package nftables
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
-	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
-// Keys and values in the layout of nftables registers: each part of a
-// concatenation padded to 4 bytes, addresses and ports in network order,
-// numgen's slot in host order (TestKernelNFTNetlinkElements in
-// platform/linux checks the same against what nft -f writes).
-func TestEncodeConcat(t *testing.T) {
-	slot1 := binary.NativeEndian.AppendUint32(nil, 1)
-	for _, tc := range []struct {
-		text   string
-		fields []field
-		v6     bool
-		want   []byte
-	}{
-		{"10.96.0.1 . tcp . 80", []field{fieldAddr, fieldProto, fieldService}, false, []byte{10, 96, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0}},
-		{"sctp . 30001", []field{fieldProto, fieldService}, false, []byte{132, 0, 0, 0, 0x75, 0x31, 0, 0}},
-		{"10.96.0.1 . 443 . 1", []field{fieldAddr, fieldService, fieldSlot}, false, append([]byte{10, 96, 0, 1, 1, 0xbb, 0, 0}, slot1...)},
-		{"fd00::1 . 8080", []field{fieldAddr, fieldService}, true, []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x1f, 0x90, 0, 0}},
-		{"17 . 53", []field{fieldProto, fieldService}, false, []byte{17, 0, 0, 0, 0, 53, 0, 0}},
-	} {
-		got, err := encodeConcat(nil, tc.text, tc.fields, tc.v6)
+func addr(s string) netip.Addr         { return netip.MustParseAddr(s) }
+func addrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+func slots(name string) setID          { id, _ := setOf(name); return id }
+func flush(t testing.TB, set string) ElemOp {
+	t.Helper()
+	f, err := FlushOp(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+const tcp, udp, sctp = 6, 17, 132
+
+// The batches the encoder wrote when it read the elements' text (before
+// elements were typed), for the operations of typedOps: typed elements
+// are encoded to the same bytes. Keys and values are in the layout of
+// nftables registers (each part of a concatenation padded to 4 bytes,
+// addresses and ports in network order, numgen's slot in host order:
+// TestKernelNFTNetlinkElements in platform/linux checks the same against
+// what nft -f writes). Host order here is little-endian.
+const (
+	textBatchIPv4 = "140000001000010007000000000000000000000a340000000e0a05000800000000000000020000000b0001006b70726f" +
+		"7879000013000200636c75737465722d69702d74637000004c0000000e0a05000900000000000000020000000b000100" +
+		"6b70726f787900000e00020066726f6e74656e64730000001c0003801800018014000180100001000a60000106000000" +
+		"00500000500000000e0a05000a00000000000000020000000b0001006b70726f7879000013000200636c75737465722d" +
+		"69702d74637000001c0003801800018014000180100001000a6000010050000000000000600000000c0a05040b000000" +
+		"00000000020000000b0001006b70726f7879000013000200636c75737465722d69702d74637000002c00038028000180" +
+		"14000180100001000a6000010050000000000000100002800c0001000af401051f9000005c0000000c0a05040c000000" +
+		"00000000020000000b0001006b70726f7879000013000200636c75737465722d6e702d75647000002800038024000180" +
+		"100001800c0001007565000002000000100002800c0001000af4010600350000780000000c0a05040d00000000000000" +
+		"020000000b0001006b70726f787900000e00020066726f6e74656e647300000048000380440001801400018010000100" +
+		"0a60000106000000005000002c0002802800028008000100fffffffc1b000200646e61742d636c75737465722d69702d" +
+		"7463702d72320000940000000c0a05040e00000000000000020000000b0001006b70726f787900000e0002006e6f6465" +
+		"706f7274730000006400038024000180100001800c0001008400000075310000100002800c0002800800010000000000" +
+		"3c000180100001800c0001000600000075320000280002802400028008000100fffffffd16000200706f72742d782d72" +
+		"6f7574652d6e702d33000000440000000c0a05040f00000000000000020000000b0001006b70726f787900000c000200" +
+		"6861697270696e001800038014000180100001800c0001000af401050af40105480000000c0a05041000000000000000" +
+		"020000000b0001006b70726f78790000110002006e6f6465706f72742d6970730000000014000380100001800c000180" +
+		"08000100c0a80102500000000c0a05041100000000000000020000000b0001006b70726f78790000150002006e6f6465" +
+		"706f72742d72656a65637473000000001800038014000180100001800c00010011000000753300001400000011000100" +
+		"12000000000000000000000a"
+	textBatchIPv6 = "140000001000010007000000000000000000000a700000000c0a050408000000000000000a0000000b0001006b70726f" +
+		"787900000e00020066726f6e74656e6473000000400003803c000180200001801c000100fd0000000000000000000000" +
+		"000000010600000001bb0000180002801400028008000100fffffffc0600020078000000780000000c0a050409000000" +
+		"000000000a0000000b0001006b70726f78790000120002006c6f63616c2d69702d736374700000004400038040000180" +
+		"200001801c000100fd00000000000000000000000000000101bb0000030000001c00028018000100fd00000100000000" +
+		"000000000000000520fb00005c0000000e0a05000a000000000000000a0000000b0001006b70726f787900000c000200" +
+		"6861697270696e00300003802c0001802800018024000100fd000001000000000000000000000005fd00000100000000" +
+		"000000000000000514000000110001000b000000000000000000000a"
+)
+
+// typedOps are the operations of textBatchIPv4 and textBatchIPv6: every
+// layout the encoder writes, a flush, deletions, a goto and a jump.
+func typedOps(t testing.TB) (v4, v6 []ElemOp) {
+	front := dispatchElem(addr("10.96.0.1"), tcp, 80, nft.Goto("dnat-cluster-ip-tcp-r2"))
+	slot := slotElem(slots("cluster-ip-tcp"), addr("10.96.0.1"), 80, 0, addrPort("10.244.1.5:8080"))
+	v4 = []ElemOp{
+		flush(t, "cluster-ip-tcp"),
+		{Delete: true, Elem: front},
+		{Delete: true, Elem: slot},
+		{Elem: slot},
+		{Elem: slotElem(slots("cluster-np-udp"), netip.Addr{}, 30053, 2, addrPort("10.244.1.6:53"))},
+		{Elem: front},
+		{Elem: dispatchElem(netip.Addr{}, sctp, 30001, &nft.Verdict{Kind: "drop"})},
+		{Elem: dispatchElem(netip.Addr{}, tcp, 30002, nft.Jump("port-x-route-np-3"))},
+		{Elem: hairpinElem(addr("10.244.1.5"))},
+		{Elem: nodePortIPElem(addr("192.168.1.2"))},
+		{Elem: rejectElem(udp, 30003)},
+	}
+	v6 = []ElemOp{
+		{Elem: dispatchElem(addr("fd00::1"), tcp, 443, nft.Goto("x"))},
+		{Elem: slotElem(slots("local-ip-sctp"), addr("fd00::1"), 443, 3, addrPort("[fd00:1::5]:8443"))},
+		{Delete: true, Elem: hairpinElem(addr("fd00:1::5"))},
+	}
+	return v4, v6
+}
+
+// TestEncodeTypedElements: typed elements are encoded to the bytes the
+// text path wrote for the same operations.
+func TestEncodeTypedElements(t *testing.T) {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		t.Skip("the expected batches are in little-endian host order")
+	}
+	v4, v6 := typedOps(t)
+	for _, c := range []struct {
+		fam  knftables.Family
+		ops  []ElemOp
+		want string
+	}{{knftables.IPv4Family, v4, textBatchIPv4}, {knftables.IPv6Family, v6, textBatchIPv6}} {
+		b, err := encodeBatch(c.fam, c.ops, 7, maxNetlinkElems)
 		if err != nil {
-			t.Errorf("%q: %v", tc.text, err)
-			continue
+			t.Fatalf("%s: %v", c.fam, err)
 		}
-		if string(got) != string(tc.want) {
-			t.Errorf("%q: % x, want % x", tc.text, got, tc.want)
+		if got := hex.EncodeToString(b.bytes()); got != c.want {
+			i := 0
+			for i < min(len(got), len(c.want)) && got[i] == c.want[i] {
+				i++
+			}
+			t.Errorf("%s: the batch differs from byte %d on:\n\tgot  %s\n\twant %s", c.fam, i/2, got[i&^1:], c.want[i&^1:])
 		}
 	}
 }
 
 // What the encoder does not know goes through nft -f: a set it has no
-// layout for (a port's own sets, the interval set of pod CIDRs), a value
-// it cannot read, an address of the other family, too many operations.
+// layout for or does not encode (the interval set of pod CIDRs), an
+// address of the other family, a verdict the kernel does not take (a
+// port's own chain not named yet), too many operations.
 func TestEncodeBatchRefuses(t *testing.T) {
+	podCIDR, err := NewElem(SetPodCIDRs, nft.Elem{Key: nft.Key{nft.Prefix(netip.MustParsePrefix("10.0.0.0/8"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, ops := range [][]ElemOp{
-		{{Set: SetPodCIDRs, Key: "10.0.0.0/8"}},
-		{{Set: "port-abc-affinity-1", Key: "10.0.0.1"}},
-		{{Set: MapFrontends, Key: "10.0.0.1 . tcp . 80", Value: "dnat to 10.0.0.2"}},
-		{{Set: MapFrontends, Key: "fd00::1 . tcp . 80", Value: "drop"}},
-		{{Set: MapFrontends, Key: "10.0.0.1 . tcp", Value: "drop"}},
-		{{Set: "cluster-ip-tcp", Key: "10.0.0.1 . 80 . x", Value: "10.0.0.2 . 80"}},
-		{{Set: "cluster-xx-tcp", Key: "10.0.0.1 . 80 . 0", Value: "10.0.0.2 . 80"}},
-		{{Set: SetHairpin, Key: "10.0.0.1 . 10.0.0.1", Value: "drop"}},
+		{{Elem: podCIDR}},
+		{{Elem: Elem{}}},
+		{{Elem: dispatchElem(addr("fd00::1"), tcp, 80, &nft.Verdict{Kind: "drop"})}},
+		{{Delete: true, Elem: hairpinElem(addr("fd00::1"))}},
+		{{Elem: slotElem(slots("cluster-np-tcp"), netip.Addr{}, 80, 0, addrPort("[fd00::1]:80"))}},
+		{{Elem: dispatchElem(addr("10.0.0.1"), tcp, 80, nil)}},
+		{{Elem: dispatchElem(addr("10.0.0.1"), tcp, 80, nft.Goto(rolePrefix+"eps-cluster"))}},
+		{{Elem: dispatchElem(addr("10.0.0.1"), tcp, 80, nft.Goto(""))}},
+		{{Elem: dispatchElem(addr("10.0.0.1"), tcp, 80, &nft.Verdict{Kind: "dnat"})}},
 		nil,
 		make([]ElemOp, maxNetlinkElems+1),
 	} {
@@ -60,19 +144,28 @@ func TestEncodeBatchRefuses(t *testing.T) {
 			t.Errorf("%.80v: encoded (%v, %v)", ops, b != nil, err)
 		}
 	}
+	if _, err := FlushOp(SetPodCIDRs); err == nil {
+		t.Error("a flush of the pod CIDRs (written by nft) was made")
+	}
+	// A deletion's verdict is not read.
+	if _, err := encodeBatch(knftables.IPv4Family, []ElemOp{{Delete: true, Elem: dispatchElem(addr("10.0.0.1"), tcp, 80, nil)}}, 1, maxNetlinkElems); err != nil {
+		t.Errorf("a deletion without a verdict: %v", err)
+	}
 }
 
 // A batch: begin, one message per run of one verb on one set, end; each
 // element message asks for an acknowledgement; the answers are matched by
 // sequence number, errors named, ENOENT is IsNotFound.
 func TestEncodeBatchAndAcks(t *testing.T) {
+	cip := slots("cluster-ip-tcp")
+	drop := &nft.Verdict{Kind: "drop"}
 	ops := []ElemOp{
-		{Delete: true, Set: "cluster-ip-tcp", Key: "10.96.0.1 . 80 . 0"},
-		{Delete: true, Set: MapFrontends, Key: "0.0.0.0 . tcp . 0"},
-		{Set: "cluster-ip-tcp", Key: "10.96.0.1 . 80 . 0", Value: "10.128.0.1 . 8080"},
-		{Set: "cluster-ip-tcp", Key: "10.96.0.1 . 80 . 1", Value: "10.128.0.2 . 8080"},
-		{Set: MapFrontends, Key: "10.96.0.1 . tcp . 80", Value: "goto dnat-cluster-ip-tcp-r2"},
-		{Set: MapFrontends, Key: "0.0.0.0 . tcp . 0", Value: "drop"},
+		{Delete: true, Elem: slotElem(cip, addr("10.96.0.1"), 80, 0, addrPort("10.128.0.1:8080"))},
+		{Delete: true, Elem: dispatchElem(addr("0.0.0.0"), tcp, 0, drop)},
+		{Elem: slotElem(cip, addr("10.96.0.1"), 80, 0, addrPort("10.128.0.1:8080"))},
+		{Elem: slotElem(cip, addr("10.96.0.1"), 80, 1, addrPort("10.128.0.2:8080"))},
+		{Elem: dispatchElem(addr("10.96.0.1"), tcp, 80, nft.Goto("dnat-cluster-ip-tcp-r2"))},
+		{Elem: dispatchElem(addr("0.0.0.0"), tcp, 0, drop)},
 	}
 	b, err := encodeBatch(knftables.IPv4Family, ops, 100, maxNetlinkElems)
 	if err != nil {
@@ -138,10 +231,10 @@ func TestEncodeBatchAndAcks(t *testing.T) {
 // message of its own; elements with long values are spread over messages
 // so that no element list overflows its 16-bit attribute length.
 func TestEncodeBatchFlushAndLargeMessages(t *testing.T) {
-	ops := []ElemOp{{Flush: true, Set: MapFrontends}}
-	long := "goto port-" + strings.Repeat("x", 200)
+	ops := []ElemOp{flush(t, MapFrontends)}
+	long := nft.Goto("port-" + strings.Repeat("x", 200))
 	for i := range 500 {
-		ops = append(ops, ElemOp{Set: MapFrontends, Key: fmt.Sprintf("10.96.%d.%d . tcp . 80", i/256, i%256), Value: long})
+		ops = append(ops, ElemOp{Elem: dispatchElem(netip.AddrFrom4([4]byte{10, 96, byte(i / 256), byte(i)}), tcp, 80, long)})
 	}
 	if _, err := encodeBatch(knftables.IPv4Family, ops, 1, 100); err == nil {
 		t.Error("a batch over the limit was encoded")
@@ -178,24 +271,14 @@ func TestEncodeBatchFlushAndLargeMessages(t *testing.T) {
 // bytes returns the batch as one buffer.
 func (b *nlBatch) bytes() []byte { return bytes.Join(b.data, nil) }
 
-// A key or value with fewer or more parts than its layout is refused.
-func TestEncodeConcatParts(t *testing.T) {
-	three := []field{fieldAddr, fieldProto, fieldService}
-	for _, text := range []string{"10.96.0.1 . tcp", "10.96.0.1 . tcp . 80 . 1", "10.96.0.1", ""} {
-		if got, err := encodeConcat(nil, text, three, false); !errors.Is(err, errNotEncodable) {
-			t.Errorf("%q: % x, %v; want refused", text, got, err)
-		}
-	}
-}
-
 // A batch of more than a megabyte is written into buffers of bulkChunk
 // bytes, each holding whole messages, none grown by a copy; their
 // messages, read in order, are the batch's.
 func TestEncodeBatchBuffers(t *testing.T) {
-	ops := []ElemOp{{Flush: true, Set: "cluster-ip-tcp"}}
+	ops := []ElemOp{flush(t, "cluster-ip-tcp")}
 	for i := range 40000 {
-		ops = append(ops, ElemOp{Set: "cluster-ip-tcp", Key: fmt.Sprintf("10.96.%d.%d . 80 . %d", i/2560, i/10%256, i%10),
-			Value: fmt.Sprintf("10.128.%d.%d . 8080", i/256, i%256)})
+		ops = append(ops, ElemOp{Elem: slotElem(slots("cluster-ip-tcp"), netip.AddrFrom4([4]byte{10, 96, byte(i / 2560), byte(i / 10)}), 80, i%10,
+			netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 128, byte(i / 256), byte(i)}), 8080))})
 	}
 	b, err := encodeBatch(knftables.IPv4Family, ops, 1, maxBulkElems)
 	if err != nil {

@@ -155,7 +155,7 @@ func (rd *Renderer) Config() facts.Config { return rd.cfg }
 // no per-element allocation).
 type tx struct {
 	head, chains, rules []op
-	delElems, addElems  []elem
+	delElems, addElems  []Elem
 	delChains, delSets  []op
 	stats               Stats
 	// full: every chain written is flushed first (it may exist).
@@ -197,10 +197,10 @@ func (t *tx) summarize(out *Tx) {
 	}
 	out.elems = make([]ElemOp, 0, len(t.delElems)+len(t.addElems))
 	for _, e := range t.delElems {
-		out.elems = append(out.elems, ElemOp{Delete: true, Set: e.set, Key: e.key, Value: e.val})
+		out.elems = append(out.elems, ElemOp{Delete: true, Elem: e})
 	}
 	for _, e := range t.addElems {
-		out.elems = append(out.elems, ElemOp{Set: e.set, Key: e.key, Value: e.val})
+		out.elems = append(out.elems, ElemOp{Elem: e})
 	}
 	if len(out.elems) == 0 {
 		out.elems = nil
@@ -228,9 +228,10 @@ func (t *tx) text(table string, newTx func() *knftables.Transaction) []byte {
 			text = append(text, kt.String()...)
 		}
 	}
-	elements := func(verb string, list []elem) {
-		runSet, runLen := "", 0
-		for _, e := range list {
+	elements := func(verb string, list []Elem) {
+		runSet, runLen := setNone, 0
+		for i := range list {
+			e := &list[i]
 			if runLen == 0 || runSet != e.set || runLen >= maxBatch {
 				if runLen > 0 {
 					text = append(text, " }\n"...)
@@ -239,16 +240,16 @@ func (t *tx) text(table string, newTx func() *knftables.Transaction) []byte {
 				text = append(text, " element "...)
 				text = append(text, table...)
 				text = append(text, ' ')
-				text = append(text, e.set...)
+				text = append(text, e.set.String()...)
 				text = append(text, " { "...)
 				runSet, runLen = e.set, 0
 			} else {
 				text = append(text, ", "...)
 			}
-			text = append(text, e.key...)
-			if verb == "add" && e.val != "" {
+			text = e.appendKey(text)
+			if verb == "add" && e.hasValue() {
 				text = append(text, " : "...)
-				text = append(text, e.val...)
+				text = e.appendValue(text)
 			}
 			runLen++
 		}
@@ -290,14 +291,15 @@ func (t *Tx) render() {
 	}
 }
 
-// ElemOp is one element operation of a transaction. Value is the map
-// value ("" for a set; not used by a deletion).
+// ElemOp is one element operation of a transaction: an addition, a
+// deletion (the element's value is not used), or a flush.
 type ElemOp struct {
 	Delete bool
-	// Flush deletes every element of Set (Key and Value unused); only a
-	// full transaction's netlink part has it (see Tx.Split).
-	Flush           bool
-	Set, Key, Value string
+	// Flush deletes every element of the element's set (it has no other
+	// part: see FlushOp); only a full transaction's netlink part has it
+	// (see Tx.Split).
+	Flush bool
+	Elem
 }
 
 // Elements returns the transaction's operations when they are all element
@@ -336,12 +338,12 @@ func (t *tx) delChain(name string) {
 	t.stats.DeletedChains++
 }
 
-func (t *tx) addElem(e elem) {
+func (t *tx) addElem(e Elem) {
 	t.addElems = append(t.addElems, e)
 	t.stats.AddedElements++
 }
 
-func (t *tx) delElem(e elem) {
+func (t *tx) delElem(e Elem) {
 	t.delElems = append(t.delElems, e)
 	t.stats.DeletedElements++
 }
@@ -377,7 +379,7 @@ func (rd *Renderer) Render(in Input, last *Applied) (*Plan, *Applied) {
 		next = emptyApplied(gen)
 		next.node = in.Node
 		next.base = true
-		t.addElems = make([]elem, 0, estimateElems(in.Ports))
+		t.addElems = make([]Elem, 0, estimateElems(in.Ports))
 		rd.writeFixed(r, t, in, next)
 	} else {
 		next = last.clone()
@@ -572,13 +574,27 @@ func (rd *Renderer) wantSet(r *renderer, a *Applied, name string) bool {
 // resolveOwn names the port's own chains: a chain whose rules are what the
 // last rendering of the port had under the same role keeps that name;
 // another gets a fresh one, so the old chain can be deleted once nothing
-// points at it. References to own chains (by role) in rules and elements
-// are replaced by the names. It returns the generation counter.
+// points at it. Verdicts to own chains (by role) in rules and elements
+// are replaced by verdicts to the names. It returns the generation
+// counter.
 func resolveOwn(out, old *portOut, pk string, gen uint64) uint64 {
 	names := map[string]string{}
-	// substRule returns r with its verdicts to own chains by role going to
-	// the chains' names (r itself when none does: rules share nothing a
-	// substitution changes).
+	// rename returns the verdict v to an own chain by role going to the
+	// chain's name (nil when v goes elsewhere: verdicts are shared, never
+	// changed).
+	rename := func(v *nft.Verdict) *nft.Verdict {
+		role, ok := strings.CutPrefix(v.Chain, rolePrefix)
+		if !ok {
+			return nil
+		}
+		name, ok := names[role]
+		if !ok {
+			return nil
+		}
+		return &nft.Verdict{Kind: v.Kind, Chain: name}
+	}
+	// substRule returns r with its verdicts renamed (r itself when none
+	// is: rules share nothing a renaming changes).
 	substRule := func(r nft.Rule) nft.Rule {
 		var out nft.Rule
 		for i, st := range r {
@@ -586,32 +602,19 @@ func resolveOwn(out, old *portOut, pk string, gen uint64) uint64 {
 			if !ok {
 				continue
 			}
-			role, ok := strings.CutPrefix(v.Chain, rolePrefix)
-			if !ok {
-				continue
-			}
-			name, ok := names[role]
-			if !ok {
+			nv := rename(v)
+			if nv == nil {
 				continue
 			}
 			if out == nil {
 				out = slices.Clone(r)
 			}
-			out[i] = &nft.Verdict{Kind: v.Kind, Chain: name}
+			out[i] = nv
 		}
 		if out == nil {
 			return r
 		}
 		return out
-	}
-	subst := func(s string) string {
-		if !strings.Contains(s, rolePrefix) {
-			return s
-		}
-		for role, name := range names {
-			s = strings.ReplaceAll(s, rolePrefix+role, name)
-		}
-		return s
 	}
 	for i := range out.own {
 		c := &out.own[i]
@@ -632,7 +635,11 @@ func resolveOwn(out, old *portOut, pk string, gen uint64) uint64 {
 		names[c.role] = c.name
 	}
 	for i := range out.elems {
-		out.elems[i].val = subst(out.elems[i].val)
+		if v := out.elems[i].verdict; v != nil {
+			if nv := rename(v); nv != nil {
+				out.elems[i].verdict = nv
+			}
+		}
 	}
 	return gen
 }
@@ -685,18 +692,20 @@ func (rd *Renderer) diffPort(t *tx, a *Applied, n proxy.ServicePortName, old *ap
 			t.addElem(e)
 		}
 	} else {
-		oldElems := make(map[elemID]elem, len(oldOut.elems))
-		for _, e := range oldOut.elems {
-			oldElems[e.id()] = e
+		// The old elements by id (their index).
+		oldElems := make(map[Elem]int, len(oldOut.elems))
+		for i, e := range oldOut.elems {
+			oldElems[e.id()] = i
 		}
-		newElems := make(map[elemID]bool, len(out.elems))
+		newElems := make(map[Elem]bool, len(out.elems))
 		for _, e := range out.elems {
 			newElems[e.id()] = true
-			if o, ok := oldElems[e.id()]; ok {
-				if o.val == e.val {
+			if i, ok := oldElems[e.id()]; ok {
+				o := &oldOut.elems[i]
+				if o.sameValue(&e) {
 					continue
 				}
-				t.delElem(o)
+				t.delElem(*o)
 			}
 			t.addElem(e)
 		}
@@ -817,21 +826,20 @@ func (t *tx) touchHairpin(h netip.Addr) {
 	t.touchedHairpin[h] = struct{}{}
 }
 
-func hairpinElem(h netip.Addr) elem {
-	a := h.String()
-	return elem{set: SetHairpin, key: a + " . " + a}
-}
-
 // ElementTx returns a transaction of element operations on family's
-// kproxy table, in the order a render writes them (deletions first).
+// kproxy table, in the order a render writes them: flushes first (a
+// transaction with one is not element-only: see Tx.Elements), then
+// deletions, then additions.
 func ElementTx(family knftables.Family, ops []ElemOp) *Tx {
 	t := &tx{}
 	for _, o := range ops {
-		e := elem{set: o.Set, key: o.Key, val: o.Value}
-		if o.Delete {
-			t.delElem(e)
-		} else {
-			t.addElem(e)
+		switch {
+		case o.Flush:
+			t.head = append(t.head, op{verb: "flush", obj: o.set.object()})
+		case o.Delete:
+			t.delElem(o.Elem)
+		default:
+			t.addElem(o.Elem)
 		}
 	}
 	out := &Tx{table: string(family) + " " + TableName}

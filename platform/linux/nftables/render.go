@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/kproxy/kproxy/pkg/intent"
@@ -13,20 +12,6 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
-
-// elem is one element of a set or map, as nft writes it: the key's and the
-// value's parts joined by " . " ("10.96.0.1 . 80 . 0", "10.244.1.5 . 8080").
-type elem struct {
-	set string
-	key string
-	val string // "" for a set
-}
-
-// elemID identifies an element's key in its set: two elements with one id
-// cannot both exist.
-type elemID struct{ set, key string }
-
-func (e elem) id() elemID { return elemID{e.set, e.key} }
 
 // chainDef is a chain and its rules.
 type chainDef struct {
@@ -53,7 +38,7 @@ type setDef struct {
 // portOut is everything one service port contributes.
 type portOut struct {
 	// elems are its elements: dispatch verdicts, endpoint slots.
-	elems []elem
+	elems []Elem
 	// own are the port's own chains (in dependency order: a chain only
 	// points at chains before it or shared ones); sets its own sets.
 	own  []chainDef
@@ -73,6 +58,39 @@ type renderer struct {
 	podMatch, notPodMatch *nft.Match
 	// jumpMasq marks a connection for masquerading.
 	jumpMasq nft.Verdict
+	// verdicts holds one copy of each dispatch verdict the ports'
+	// elements share (a full render's 10,000 ports go to a few chains).
+	verdicts map[nft.Verdict]*nft.Verdict
+	// shared holds one definition of each shared chain whose name says
+	// all of its rules, by name: the ports going the same way share it
+	// (the record holds one, not one per port).
+	shared map[string]chainDef
+}
+
+// sharedChain returns the definition of the shared chain name, c when it
+// is the first (c's rules must be what name says).
+func (r *renderer) sharedChain(c chainDef) chainDef {
+	if d, ok := r.shared[c.name]; ok {
+		return d
+	}
+	if r.shared == nil {
+		r.shared = map[string]chainDef{}
+	}
+	r.shared[c.name] = c
+	return c
+}
+
+// sharedVerdict returns the one copy of v (not to be modified).
+func (r *renderer) sharedVerdict(v nft.Verdict) *nft.Verdict {
+	if p, ok := r.verdicts[v]; ok {
+		return p
+	}
+	if r.verdicts == nil {
+		r.verdicts = map[nft.Verdict]*nft.Verdict{}
+	}
+	p := &v
+	r.verdicts[v] = p
+	return p
 }
 
 func newRenderer(cfg facts.Config, podSources bool) *renderer {
@@ -106,8 +124,9 @@ type selection struct {
 
 // port renders one service port.
 func (r *renderer) port(p *intent.Port) *portOut {
-	out := &portOut{elems: make([]elem, 0, portElems(p))}
+	out := &portOut{elems: make([]Elem, 0, portElems(p))}
 	proto := ProtoName(p.Protocol)
+	protoNum := uint8(nft.Protocols[proto])
 
 	// How each set is picked from, per frontend kind (ip: an address
 	// frontend, whose key the shared chains read from the packet's
@@ -141,18 +160,12 @@ func (r *renderer) port(p *intent.Port) *portOut {
 	for i := range p.Frontends {
 		fe := &p.Frontends[i]
 		np := fe.Kind == intent.NodePort
-		// key is the frontend's dispatch key, slotKey its key in the
-		// endpoint maps (which are per protocol).
-		var key, slotKey string
-		var m string
-		port := strconv.Itoa(int(fe.Port))
+		// addr is the frontend's address in its keys (none for a
+		// NodePort: its keys are the protocol and port in the dispatch
+		// map, the port in the endpoint maps, which are per protocol).
+		addr := fe.Addr
 		if np {
-			m, key = MapNodePorts, proto+" . "+port
-			slotKey = port
-		} else {
-			addr := fe.Addr.String()
-			m, key = MapFrontends, addr+" . "+proto+" . "+port
-			slotKey = addr + " . " + port
+			addr = netip.Addr{}
 		}
 		// The endpoint slots each DNAT route of the frontend reads (once
 		// per set: several source classes may share one).
@@ -165,7 +178,7 @@ func (r *renderer) port(p *intent.Port) *portOut {
 				targets[si] = sel.target
 				if !sel.own && !slotted[rt.Set] {
 					slotted[rt.Set] = true
-					out.elems = r.slots(out.elems, p, rt.Set, np, slotKey)
+					out.elems = r.slots(out.elems, p, rt.Set, np, addr, fe.Port)
 				}
 			case intent.Reject:
 				targets[si] = *nft.Goto(ChainReject)
@@ -186,9 +199,9 @@ func (r *renderer) port(p *intent.Port) *portOut {
 			out.addOwn(fw)
 			verdict = *nft.Goto(fw.chainRef())
 		}
-		out.elems = append(out.elems, elem{set: m, key: key, val: verdict.String()})
+		out.elems = append(out.elems, dispatchElem(addr, protoNum, fe.Port, r.sharedVerdict(verdict)))
 		if np && fe.Routes[intent.FromNode].Verdict == intent.Reject {
-			out.elems = append(out.elems, elem{set: SetNodePortRejects, key: key})
+			out.elems = append(out.elems, rejectElem(protoNum, fe.Port))
 		}
 	}
 	for _, sel := range sels {
@@ -237,18 +250,18 @@ func hashed(p *intent.Port, s intent.Set) bool {
 	return p.AlgorithmOf(s) == proxy.AlgorithmSourceHash && len(p.Endpoints(s)) > 0
 }
 
-// slots appends the endpoint map elements of one frontend key for set s:
-// slot i → endpoint, N slots for random (numgen mod N), the
-// proxy.SourceHashSlots of the consistent table for source hash.
-func (r *renderer) slots(out []elem, p *intent.Port, s intent.Set, np bool, key string) []elem {
+// slots appends the endpoint map elements of one frontend (address addr,
+// invalid for a NodePort, and port) for set s: slot i → endpoint, N slots
+// for random (numgen mod N), the proxy.SourceHashSlots of the consistent
+// table for source hash.
+func (r *renderer) slots(out []Elem, p *intent.Port, s intent.Set, np bool, addr netip.Addr, port int32) []Elem {
 	eps := p.Endpoints(s)
-	m := slotMap(s, np, ProtoName(p.Protocol))
-	vals := make([]string, len(eps))
-	for i, ep := range eps {
-		vals[i] = ep.IP.String() + " . " + strconv.Itoa(int(ep.Port))
+	m, ok := slotSet(s, np, ProtoName(p.Protocol))
+	if !ok {
+		return out // no maps for the protocol: pkg/intent has no other
 	}
-	mk := func(slot int, e int) elem {
-		return elem{set: m, key: key + " . " + strconv.Itoa(slot), val: vals[e]}
+	mk := func(slot int, e int) Elem {
+		return slotElem(m, addr, port, slot, netip.AddrPortFrom(eps[e].IP, uint16(eps[e].Port)))
 	}
 	if hashed(p, s) {
 		for slot, e := range proxy.SourceHashTable(eps) {
@@ -268,22 +281,30 @@ func (r *renderer) slots(out []elem, p *intent.Port, s intent.Set, np bool, key 
 func (r *renderer) dnatChain(s intent.Set, np bool, p *intent.Port, n int) chainDef {
 	proto := ProtoName(p.Protocol)
 	kind := "ip"
-	key := []nft.Expr{r.f.field("daddr"), dport(proto)}
 	if np {
 		kind = "np"
-		key = []nft.Expr{dport(proto)}
 	}
-	var name string
+	name := fmt.Sprintf("dnat-%s-%s-%s-r%d", s, kind, proto, n)
 	if hashed(p, s) {
 		name = fmt.Sprintf("dnat-%s-%s-%s-hash", s, kind, proto)
+	}
+	// The name says the chain's rules: the ports going to it share one
+	// definition.
+	if c, ok := r.shared[name]; ok {
+		return c
+	}
+	key := []nft.Expr{r.f.field("daddr"), dport(proto)}
+	if np {
+		key = []nft.Expr{dport(proto)}
+	}
+	if hashed(p, s) {
 		key = append(key, &nft.Jhash{Of: r.f.field("saddr"), Mod: proxy.SourceHashSlots, Seed: proxy.SourceHashSeed})
 	} else {
-		name = fmt.Sprintf("dnat-%s-%s-%s-r%d", s, kind, proto, n)
 		key = append(key, &nft.Numgen{Mode: "random", Mod: uint64(n)})
 	}
-	return chainDef{name: name, rules: []nft.Rule{
+	return r.sharedChain(chainDef{name: name, rules: []nft.Rule{
 		{&nft.DNAT{Family: r.f.ip, Key: key, Map: slotMap(s, np, proto)}},
-	}}
+	}})
 }
 
 // epsChain is a port's own chain picking from set s with constant DNAT
@@ -414,8 +435,15 @@ func (r *renderer) route(fe *intent.Frontend, targets [3]nft.Verdict, np bool) (
 		c = chainDef{role: role, rules: rulesOut}
 	case !split:
 		c = chainDef{name: "masq-" + pattern + "-" + strings.TrimPrefix(targets[out].String(), "goto "), rules: rulesOut}
+		// "all" and "nonpod" say which sources are masqueraded; "mixed"
+		// does not (in practice only the node's are: see
+		// pkg/intent.externalRoutes), so its chains are not shared here.
+		if pattern != "mixed" {
+			c = r.sharedChain(c)
+		}
 	default:
-		c = chainDef{name: "split-" + hash8(rulesText(rulesOut)), rules: rulesOut}
+		// Named by the hash of its rules.
+		c = r.sharedChain(chainDef{name: "split-" + hash8(rulesText(rulesOut)), rules: rulesOut})
 	}
 	return *nft.Goto(c.chainRef()), []chainDef{c}
 }

@@ -50,13 +50,13 @@ func (t *Tx) Split() (pre *Tx, bulk []ElemOp, post *Tx, ok bool) {
 				}
 				continue
 			case *knftables.Set:
-				if _, enc := schemaOf(obj.Name); enc {
-					bulk = append(bulk, ElemOp{Flush: true, Set: obj.Name})
+				if f, err := FlushOp(obj.Name); err == nil {
+					bulk = append(bulk, f)
 					continue
 				}
 			case *knftables.Map:
-				if _, enc := schemaOf(obj.Name); enc {
-					bulk = append(bulk, ElemOp{Flush: true, Set: obj.Name})
+				if f, err := FlushOp(obj.Name); err == nil {
+					bulk = append(bulk, f)
 					continue
 				}
 			}
@@ -64,14 +64,9 @@ func (t *Tx) Split() (pre *Tx, bulk []ElemOp, post *Tx, ok bool) {
 		p.head = append(p.head, o)
 	}
 	moved := 0
-	lastSet, lastEnc := "", false
 	for _, e := range src.addElems {
-		if e.set != lastSet {
-			_, lastEnc = schemaOf(e.set)
-			lastSet = e.set
-		}
-		if lastEnc {
-			bulk = append(bulk, ElemOp{Set: e.set, Key: e.key, Value: e.val})
+		if e.set.encodable() {
+			bulk = append(bulk, ElemOp{Elem: e})
 			moved++
 			continue
 		}

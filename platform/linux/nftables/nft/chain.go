@@ -30,12 +30,18 @@ type Elem struct {
 }
 
 // String writes "key", or "key : value" for a map's element.
-func (e Elem) String() string {
+func (e Elem) String() string { return string(e.Append(nil)) }
+
+// Append appends the element's text (what String returns) to b.
+func (e Elem) Append(b []byte) []byte {
+	b = e.Key.Append(b)
 	switch {
 	case e.Verdict != nil:
-		return e.Key.String() + " : " + e.Verdict.String()
+		b = append(b, " : "...)
+		b = e.Verdict.Append(b)
 	case e.Data != nil:
-		return e.Key.String() + " : " + e.Data.String()
+		b = append(b, " : "...)
+		b = e.Data.Append(b)
 	}
-	return e.Key.String()
+	return b
 }

@@ -22,6 +22,9 @@ func TestString(t *testing.T) {
 		{nft.Num(80), "80"},
 		{mark, "0x00004000"},
 		{nft.Value{Kind: nft.KindNum, Num: 0xff, Hex: 2}, "0xff"},
+		{nft.Value{Kind: nft.KindNum, Num: 0x12345, Hex: 2}, "0x12345"},
+		{nft.Hex32(0), "0x00000000"},
+		{nft.Hex32(0xffffffff), "0xffffffff"},
 		{tcp, "tcp"},
 		{dnat, "dnat"},
 		{nft.Addr(netip.MustParseAddr("fd00::1")), "fd00::1"},
@@ -66,5 +69,27 @@ func TestString(t *testing.T) {
 	}
 	if !nft.Terminal(&nft.DNAT{}) || nft.Terminal(&nft.Update{}) || nft.Terminal(masked) {
 		t.Error("Terminal: DNAT ends a rule, an update or a match does not")
+	}
+}
+
+// TestAppend: Append appends what String returns, after what b holds.
+func TestAppend(t *testing.T) {
+	tcp, _ := nft.Proto("tcp")
+	a := nft.Addr(netip.MustParseAddr("10.0.0.1"))
+	for _, c := range []struct {
+		app  func([]byte) []byte
+		want string
+	}{
+		{nft.Hex32(0x4000).Append, "0x00004000"},
+		{nft.Key{a, tcp, nft.Num(80)}.Append, "10.0.0.1 . tcp . 80"},
+		{nft.Key{}.Append, ""},
+		{nft.Goto("x").Append, "goto x"},
+		{(&nft.Verdict{Kind: "drop"}).Append, "drop"},
+		{nft.Elem{Key: nft.Key{tcp, nft.Num(1)}, Verdict: nft.Goto("y")}.Append, "tcp . 1 : goto y"},
+		{nft.Elem{Key: nft.Key{a}, Data: nft.Key{a, nft.Num(8080)}}.Append, "10.0.0.1 : 10.0.0.1 . 8080"},
+	} {
+		if got := string(c.app([]byte("> "))); got != "> "+c.want {
+			t.Errorf("%q, want %q", got, "> "+c.want)
+		}
 	}
 }

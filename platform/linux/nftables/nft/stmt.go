@@ -83,6 +83,16 @@ func (v *Verdict) String() string {
 	return v.Kind
 }
 
+// Append appends the verdict's text (what String returns) to b.
+func (v *Verdict) Append(b []byte) []byte {
+	b = append(b, v.Kind...)
+	if v.Chain != "" {
+		b = append(b, ' ')
+		b = append(b, v.Chain...)
+	}
+	return b
+}
+
 // Jump returns the verdict "jump chain".
 func Jump(chain string) *Verdict { return &Verdict{Kind: "jump", Chain: chain} }
 

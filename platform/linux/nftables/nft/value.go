@@ -12,10 +12,8 @@
 package nft
 
 import (
-	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 )
 
 // Kind says which field of a Value holds it.
@@ -101,24 +99,41 @@ func CTStatus(name string) (Value, bool) {
 	return Named(name, n), ok
 }
 
-func (v Value) String() string {
+func (v Value) String() string { return string(v.Append(nil)) }
+
+// Append appends the value's text (what String returns) to b.
+func (v Value) Append(b []byte) []byte {
 	switch v.Kind {
 	case KindNum:
 		switch {
 		case v.Str != "":
-			return v.Str
+			return append(b, v.Str...)
 		case v.Hex > 0:
-			return fmt.Sprintf("0x%0*x", int(v.Hex), v.Num)
+			b = append(b, "0x"...)
+			for d := hexDigits(v.Num); d < int(v.Hex); d++ {
+				b = append(b, '0')
+			}
+			return strconv.AppendUint(b, v.Num, 16)
 		}
-		return strconv.FormatUint(v.Num, 10)
+		return strconv.AppendUint(b, v.Num, 10)
 	case KindAddr:
-		return v.Addr.String()
+		return v.Addr.AppendTo(b)
 	case KindPrefix:
-		return v.Prefix.String()
+		return v.Prefix.AppendTo(b)
 	case KindString:
-		return strconv.Quote(v.Str)
+		return strconv.AppendQuote(b, v.Str)
 	}
-	return v.Str
+	return append(b, v.Str...)
+}
+
+// hexDigits counts the hexadecimal digits of n (1 for 0).
+func hexDigits(n uint64) int {
+	d := 1
+	for n >= 16 {
+		n >>= 4
+		d++
+	}
+	return d
 }
 
 // Key is a concatenation of values: a set element's key, a data map
@@ -126,16 +141,15 @@ func (v Value) String() string {
 type Key []Value
 
 // String writes the parts joined by " . ".
-func (k Key) String() string {
-	switch len(k) {
-	case 0:
-		return ""
-	case 1:
-		return k[0].String()
-	}
-	parts := make([]string, len(k))
+func (k Key) String() string { return string(k.Append(nil)) }
+
+// Append appends the key's text (what String returns) to b.
+func (k Key) Append(b []byte) []byte {
 	for i, v := range k {
-		parts[i] = v.String()
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		b = v.Append(b)
 	}
-	return strings.Join(parts, " . ")
+	return b
 }

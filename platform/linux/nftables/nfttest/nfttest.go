@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 	"github.com/kproxy/kproxy/platform/linux/trace"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -226,4 +228,48 @@ func FmtShares(m map[netip.AddrPort]float64) string {
 		parts = append(parts, fmt.Sprintf("%s:%.4g", k, m[k]))
 	}
 	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// Elem returns the element of set whose key and value parts are as nft
+// lists them (knftables.Element's Key and Value: "10.96.0.1", "tcp", "80";
+// "goto dnat-cluster-ip-tcp-r2"), or fails the test.
+func Elem(t testing.TB, set string, key, value []string) nftables.Elem {
+	t.Helper()
+	part := func(s string) nft.Value {
+		if a, err := netip.ParseAddr(s); err == nil {
+			return nft.Addr(a)
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			return nft.Prefix(p)
+		}
+		if v, ok := nft.Proto(s); ok {
+			return v
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("element of %s: part %q is not an address, a protocol or a number", set, s)
+		}
+		return nft.Num(n)
+	}
+	var e nft.Elem
+	for _, s := range key {
+		e.Key = append(e.Key, part(s))
+	}
+	if len(value) == 1 {
+		kind, chain, _ := strings.Cut(value[0], " ")
+		switch kind {
+		case "jump", "goto", "drop", "accept", "return", "continue":
+			e.Verdict = &nft.Verdict{Kind: kind, Chain: strings.Trim(chain, `"`)}
+		}
+	}
+	if e.Verdict == nil {
+		for _, s := range value {
+			e.Data = append(e.Data, part(s))
+		}
+	}
+	el, err := nftables.NewElem(set, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return el
 }
