@@ -15,39 +15,76 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
-func (t *Tracer) parseElem(s *Set, e Element) (telem, error) {
-	te := telem{text: strings.Join(e.Key, " . ")}
-	for _, k := range e.Key {
-		kv, err := parseKeyPart(k)
+// parseElem reads one element of s ("key", or "key : value" for a map's;
+// a verdict map's value is a verdict); hasVal says whether it had a value.
+func parseElem(s *Set, text string) (e nft.Elem, hasVal bool, err error) {
+	k, v, hasVal := strings.Cut(text, " : ")
+	if e.Key, err = parseKey(k); err != nil {
+		return e, hasVal, err
+	}
+	switch {
+	case !hasVal || !s.IsMap:
+	case s.Spec.IsVerdict():
+		e.Verdict, err = parseVerdict(strings.Fields(v))
+	default:
+		e.Data, err = parseKey(v)
+	}
+	return e, hasVal, err
+}
+
+// parseKey reads "a . b": the parts of an element's key or data value.
+func parseKey(text string) (nft.Key, error) {
+	var out nft.Key
+	for _, p := range strings.Split(text, " . ") {
+		v, err := parseKeyPart(p)
 		if err != nil {
-			return te, err
+			return nil, err
 		}
-		te.Key = append(te.Key, kv)
+		out = append(out, v)
 	}
-	if !s.IsMap {
-		if e.Value != nil {
-			return te, errors.New("a set element with a value")
+	return out, nil
+}
+
+// parseSpec reads a set's or map's definition ("{ type ipv4_addr ; flags
+// interval ; }"), clause by clause; it must write back as it was read.
+func parseSpec(text string) (SetSpec, error) {
+	var s SetSpec
+	body, ok := strings.CutPrefix(text, "{ ")
+	if ok {
+		body, ok = strings.CutSuffix(body, " }")
+	}
+	if !ok {
+		return s, fmt.Errorf("definition %q: want { ... }", text)
+	}
+	for _, cl := range strings.Split(body, ";") {
+		cl = strings.TrimSpace(cl)
+		w, rest, _ := strings.Cut(cl, " ")
+		switch w {
+		case "":
+		case "type", "typeof":
+			s.Typeof = w == "typeof"
+			k, d, isMap := strings.Cut(rest, " : ")
+			s.Key = strings.Split(k, " . ")
+			if isMap {
+				s.Data = strings.Split(d, " . ")
+			}
+		case "flags":
+			s.Flags = strings.Split(rest, ",")
+		case "timeout":
+			s.Timeout = rest
+		case "auto-merge":
+			s.AutoMerge = true
+		default:
+			return s, fmt.Errorf("definition %q: clause %q not modelled", text, cl)
 		}
-		return te, nil
 	}
-	val := strings.Join(e.Value, " . ")
-	te.text += " : " + val
-	if strings.Contains(s.Spec, ": verdict") {
-		v, err := parseVerdict(strings.Fields(val))
-		if err != nil {
-			return te, err
-		}
-		te.Verdict = v
-		return te, nil
+	if len(s.Key) == 0 {
+		return s, fmt.Errorf("definition %q: no type", text)
 	}
-	for _, p := range strings.Split(val, " . ") {
-		kv, err := parseKeyPart(p)
-		if err != nil {
-			return te, err
-		}
-		te.Data = append(te.Data, kv)
+	if s.String() != text {
+		return s, fmt.Errorf("definition %q: not in the form kproxy writes (%s)", text, s)
 	}
-	return te, nil
+	return s, nil
 }
 
 // parseBase reads "type nat hook prerouting priority -100 [; policy accept]".
@@ -59,16 +96,6 @@ func parseBase(base string) (nft.BaseChain, error) {
 		return c, fmt.Errorf("base chain %q: want \"type T hook H priority P\"", base)
 	}
 	c.Type, c.Hook = f[1], f[3]
-	switch c.Hook {
-	case "prerouting", "input", "forward", "output", "postrouting":
-	default:
-		return c, fmt.Errorf("hook %q not modelled", c.Hook)
-	}
-	switch c.Type {
-	case "nat", "filter":
-	default:
-		return c, fmt.Errorf("chain type %q not modelled", c.Type)
-	}
 	prio, err := parsePriority(f[5:])
 	if err != nil {
 		return c, err
@@ -84,7 +111,7 @@ func parseBase(base string) (nft.BaseChain, error) {
 			return c, fmt.Errorf("base chain option %q not modelled", p)
 		}
 	}
-	return c, nil
+	return c, checkBase(c)
 }
 
 var namedPriorities = map[string]int{"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
@@ -130,7 +157,7 @@ func tokens(s string) []string {
 }
 
 type parser struct {
-	t    *Tracer
+	ip   string // "ip" or "ip6"
 	toks []string
 	pos  int
 }
@@ -161,11 +188,10 @@ func (p *parser) expect(words ...string) error {
 
 func (p *parser) text(from int) string { return strings.Join(p.toks[from:p.pos], " ") }
 
-func (t *Tracer) parseRule(rule string) (nft.Rule, error) {
-	if IsOpaque(rule) {
-		return nft.Rule{&nft.Opaque{Text: rule}}, nil
-	}
-	p := &parser{t: t, toks: tokens(rule)}
+// parseRule reads the text of a rule of a table of family ip ("ip" or
+// "ip6"), then checks it as the tracer does (checkRule).
+func parseRule(ip, rule string) (nft.Rule, error) {
+	p := &parser{ip: ip, toks: tokens(rule)}
 	var stmts nft.Rule
 	for p.pos < len(p.toks) {
 		if n := len(stmts); n > 0 && nft.Terminal(stmts[n-1]) {
@@ -254,8 +280,8 @@ func (t *Tracer) parseRule(rule string) (nft.Rule, error) {
 			stmts = append(stmts, st)
 		}
 	}
-	if len(stmts) == 0 {
-		return nil, errors.New("empty rule")
+	if err := checkRule(ip, stmts); err != nil {
+		return nil, err
 	}
 	return stmts, nil
 }
@@ -290,8 +316,8 @@ func (p *parser) dnat() (*nft.DNAT, error) {
 	p.next()
 	d := &nft.DNAT{}
 	if w := p.peek(); w == "ip" || w == "ip6" {
-		if w != p.t.ip {
-			return nil, fmt.Errorf("dnat %s in an %s table", w, p.t.ip)
+		if w != p.ip {
+			return nil, fmt.Errorf("dnat %s in an %s table", w, p.ip)
 		}
 		d.Family = p.next()
 	}
@@ -320,8 +346,8 @@ func (p *parser) dnat() (*nft.DNAT, error) {
 		d.Key, d.Map = exprs, s
 		return d, nil
 	}
-	if d.Addr.Is6() != (p.t.ip == "ip6") || d.Addr.Is4In6() {
-		return nil, fmt.Errorf("dnat to %s in an %s table", d.Addr, p.t.ip)
+	if d.Addr.Is6() != (p.ip == "ip6") || d.Addr.Is4In6() {
+		return nil, fmt.Errorf("dnat to %s in an %s table", d.Addr, p.ip)
 	}
 	return d, nil
 }
@@ -347,8 +373,8 @@ func (p *parser) primary() (nft.Expr, error) {
 	w := p.next()
 	switch w {
 	case "ip", "ip6":
-		if w != p.t.ip {
-			return nil, fmt.Errorf("%s expression in an %s table", w, p.t.ip)
+		if w != p.ip {
+			return nil, fmt.Errorf("%s expression in an %s table", w, p.ip)
 		}
 		switch f := p.next(); f {
 		case "saddr", "daddr":
@@ -456,8 +482,8 @@ func (p *parser) constant(typ nft.Type) (nft.Value, error) {
 		if err != nil || (k.Kind != nft.KindAddr && k.Kind != nft.KindPrefix) {
 			return nft.Value{}, fmt.Errorf("address %q", w)
 		}
-		if addrOf(k).Is6() != (p.t.ip == "ip6") {
-			return nft.Value{}, fmt.Errorf("address %q in an %s table", w, p.t.ip)
+		if addrOf(k).Is6() != (p.ip == "ip6") {
+			return nft.Value{}, fmt.Errorf("address %q in an %s table", w, p.ip)
 		}
 		return k, nil
 	case nft.TypeProto:
