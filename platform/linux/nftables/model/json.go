@@ -350,7 +350,7 @@ func (c *conv) stmt(raw json.RawMessage) ([]nft.Stmt, error) {
 				return nil, fmt.Errorf("masquerade %s: %w", compact(v), err)
 			}
 		}
-		flags, err := stringList(mq.Flags)
+		flags, err := names(mq.Flags)
 		if err != nil {
 			return nil, err
 		}
@@ -405,26 +405,6 @@ func verdict(k string, v json.RawMessage) (*nft.Verdict, error) {
 		return &nft.Verdict{Kind: k, Chain: t.Target}, nil
 	}
 	return nil, fmt.Errorf("verdict %s is not one kproxy writes", k)
-}
-
-func stringList(v any) ([]string, error) {
-	switch x := v.(type) {
-	case nil:
-		return nil, nil
-	case string:
-		return []string{x}, nil
-	case []any:
-		var out []string
-		for _, e := range x {
-			s, ok := e.(string)
-			if !ok {
-				return nil, fmt.Errorf("flag %v: want a string", e)
-			}
-			out = append(out, s)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("flags %v: want strings", v)
 }
 
 // namedSet reads "@name".
@@ -847,12 +827,12 @@ func (c *conv) set(isMap bool, s jsonSet) (*Set, error) {
 	}
 	var spec SetSpec
 	var err error
-	if spec.Key, err = typeList(s.Type); err != nil {
-		return nil, err
+	if spec.Key, err = names(s.Type); err != nil || spec.Key == nil {
+		return nil, fmt.Errorf("type %v: want a name or a list of names", s.Type)
 	}
 	if isMap {
-		if spec.Data, err = typeList(s.Map); err != nil {
-			return nil, err
+		if spec.Data, err = names(s.Map); err != nil || spec.Data == nil {
+			return nil, fmt.Errorf("map type %v: want a name or a list of names", s.Map)
 		}
 	}
 	spec.Flags = s.Flags
@@ -895,22 +875,26 @@ func (c *conv) set(isMap bool, s jsonSet) (*Set, error) {
 	return out, nil
 }
 
-func typeList(v any) ([]string, error) {
+// names reads a name or a list of names (types: "ipv4_addr . inet_service"
+// is two; flags).
+func names(v any) ([]string, error) {
+	var out []string
 	switch x := v.(type) {
+	case nil:
+		return nil, nil
 	case string:
 		return strings.Split(x, " . "), nil
 	case []any:
-		var out []string
 		for _, e := range x {
 			s, ok := e.(string)
 			if !ok {
-				return nil, fmt.Errorf("type %v: want names", v)
+				return nil, fmt.Errorf("%v: want names", v)
 			}
 			out = append(out, strings.Split(s, " . ")...)
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("type %v: want a name or a list of names (typeof with expressions is not read)", v)
+	return nil, fmt.Errorf("%v: want a name or a list of names (typeof with expressions is not read)", v)
 }
 
 // elemKey reads an element's key: one value, a concatenation, or a timed

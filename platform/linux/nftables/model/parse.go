@@ -194,9 +194,6 @@ func parseRule(ip, rule string) (nft.Rule, error) {
 	p := &parser{ip: ip, toks: tokens(rule)}
 	var stmts nft.Rule
 	for p.pos < len(p.toks) {
-		if n := len(stmts); n > 0 && nft.Terminal(stmts[n-1]) {
-			return nil, fmt.Errorf("%q after the verdict %q", strings.Join(p.toks[p.pos:], " "), stmts[n-1])
-		}
 		w := p.peek()
 		switch w {
 		case "jump", "goto":
@@ -257,9 +254,6 @@ func parseRule(ip, rule string) (nft.Rule, error) {
 			if err != nil {
 				return nil, err
 			}
-			if e.Type() != nft.TypeAddr {
-				return nil, fmt.Errorf("update @%s { %s }: only addresses modelled", s, e)
-			}
 			if err := p.expect("}"); err != nil {
 				return nil, err
 			}
@@ -316,9 +310,6 @@ func (p *parser) dnat() (*nft.DNAT, error) {
 	p.next()
 	d := &nft.DNAT{}
 	if w := p.peek(); w == "ip" || w == "ip6" {
-		if w != p.ip {
-			return nil, fmt.Errorf("dnat %s in an %s table", w, p.ip)
-		}
 		d.Family = p.next()
 	}
 	if err := p.expect("to"); err != nil {
@@ -344,10 +335,6 @@ func (p *parser) dnat() (*nft.DNAT, error) {
 			return nil, errors.New("dnat map: want @map")
 		}
 		d.Key, d.Map = exprs, s
-		return d, nil
-	}
-	if d.Addr.Is6() != (p.ip == "ip6") || d.Addr.Is4In6() {
-		return nil, fmt.Errorf("dnat to %s in an %s table", d.Addr, p.ip)
 	}
 	return d, nil
 }
@@ -368,106 +355,62 @@ func (p *parser) concat() ([]nft.Expr, error) {
 	}
 }
 
-// primary reads one expression that yields a value.
+// primary reads one expression that yields a value (checkExpr says
+// whether the tracer models it).
 func (p *parser) primary() (nft.Expr, error) {
 	w := p.next()
 	switch w {
-	case "ip", "ip6":
-		if w != p.ip {
-			return nil, fmt.Errorf("%s expression in an %s table", w, p.ip)
-		}
-		switch f := p.next(); f {
-		case "saddr", "daddr":
-			return &nft.Payload{Base: w, Field: f}, nil
-		default:
-			return nil, fmt.Errorf("%s %s not modelled", w, f)
-		}
+	case "ip", "ip6", "th", "tcp", "udp", "sctp":
+		return &nft.Payload{Base: w, Field: p.next()}, nil
 	case "meta":
-		switch f := p.next(); f {
-		case "l4proto", "mark", "iifname", "oifname":
-			return &nft.Meta{Key: f}, nil
-		default:
-			return nil, fmt.Errorf("meta %s not modelled", f)
-		}
+		return &nft.Meta{Key: p.next()}, nil
 	case "iifname", "oifname":
 		return &nft.Meta{Key: w}, nil
-	case "th", "tcp", "udp", "sctp":
-		switch f := p.next(); f {
-		case "dport", "sport":
-			return &nft.Payload{Base: w, Field: f}, nil
-		default:
-			return nil, fmt.Errorf("%s %s not modelled", w, f)
-		}
+	case "ct":
+		return &nft.CT{Key: p.next()}, nil
 	case "fib":
-		f := p.next()
-		if f != "saddr" && f != "daddr" {
-			return nil, fmt.Errorf("fib %s not modelled", f)
-		}
-		if err := p.expect("type"); err != nil {
-			return nil, err
-		}
-		return &nft.Fib{Addr: f}, nil
+		f := &nft.Fib{Addr: p.next()}
+		return f, p.expect("type")
 	case "numgen":
 		e := &nft.Numgen{Mode: p.next()}
-		if e.Mode != "random" && e.Mode != "inc" {
-			return nil, fmt.Errorf("numgen %s not modelled", e.Mode)
+		err := p.number("mod", &e.Mod)
+		if err == nil && p.peek() == "offset" {
+			err = p.number("offset", &e.Offset)
 		}
-		if err := p.expect("mod"); err != nil {
-			return nil, err
-		}
-		n, err := strconv.ParseUint(p.next(), 0, 32)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("numgen modulus: %v", err)
-		}
-		e.Mod = n
-		if p.peek() == "offset" {
-			p.next()
-			if e.Offset, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
-				return nil, fmt.Errorf("numgen offset: %w", err)
-			}
-		}
-		return e, nil
+		return e, err
 	case "jhash":
 		of, err := p.primary()
 		if err != nil {
 			return nil, err
 		}
-		if of.Type() != nft.TypeAddr {
-			return nil, fmt.Errorf("jhash of %s: only an address is modelled", of)
-		}
 		e := &nft.Jhash{Of: of}
-		if err := p.expect("mod"); err != nil {
+		var seed uint64
+		if err := p.number("mod", &e.Mod); err != nil {
 			return nil, err
 		}
-		n, err := strconv.ParseUint(p.next(), 0, 32)
-		if err != nil || n < 2 {
-			return nil, fmt.Errorf("jhash modulus %d: %v", n, err)
-		}
-		e.Mod = n
-		if err := p.expect("seed"); err != nil {
+		if err := p.number("seed", &seed); err != nil {
 			return nil, err
-		}
-		seed, err := strconv.ParseUint(p.next(), 0, 32)
-		if err != nil {
-			return nil, fmt.Errorf("jhash seed: %w", err)
 		}
 		e.Seed = uint32(seed)
 		if p.peek() == "offset" {
-			p.next()
-			if e.Offset, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
-				return nil, fmt.Errorf("jhash offset: %w", err)
-			}
+			err = p.number("offset", &e.Offset)
 		}
-		return e, nil
-	case "ct":
-		switch f := p.next(); f {
-		case "state", "status":
-			return &nft.CT{Key: f}, nil
-		default:
-			return nil, fmt.Errorf("ct %s not modelled", f)
-		}
+		return e, err
 	}
 	return nil, fmt.Errorf("expression %q not modelled", w)
+}
+
+// number reads "word N", N a 32-bit number.
+func (p *parser) number(word string, n *uint64) error {
+	if err := p.expect(word); err != nil {
+		return err
+	}
+	v, err := strconv.ParseUint(p.next(), 0, 32)
+	if err != nil {
+		return fmt.Errorf("%s: %w", word, err)
+	}
+	*n = v
+	return nil
 }
 
 // constant reads one constant of type typ.
@@ -481,9 +424,6 @@ func (p *parser) constant(typ nft.Type) (nft.Value, error) {
 		k, err := parseKeyPart(w)
 		if err != nil || (k.Kind != nft.KindAddr && k.Kind != nft.KindPrefix) {
 			return nft.Value{}, fmt.Errorf("address %q", w)
-		}
-		if addrOf(k).Is6() != (p.ip == "ip6") {
-			return nft.Value{}, fmt.Errorf("address %q in an %s table", w, p.ip)
 		}
 		return k, nil
 	case nft.TypeProto:
@@ -559,9 +499,6 @@ func (p *parser) match() (nft.Stmt, error) {
 	c := &nft.Match{Left: exprs}
 	typ := exprs[0].Type()
 	if p.peek() == "&" {
-		if len(exprs) != 1 || (typ != nft.TypeMark && typ != nft.TypeCTStatus && typ != nft.TypeNum) {
-			return nil, fmt.Errorf("%q: & on %s not modelled", p.text(start), exprs[0])
-		}
 		p.next()
 		m, err := p.constant(typ)
 		if err != nil {
@@ -574,24 +511,11 @@ func (p *parser) match() (nft.Stmt, error) {
 		p.next()
 		c.Op = w
 	}
-	if c.Mask == nil && len(exprs) == 1 && typ == nft.TypeCTStatus && c.Op != nft.OpImplicit && c.Op != nft.OpEq {
-		return nil, fmt.Errorf("%q: ct status %s without a mask not modelled", p.text(start), c.Op)
-	}
-	eq := c.Op == nft.OpImplicit || c.Op == nft.OpEq || c.Op == nft.OpNe
-	if !eq && (len(exprs) != 1 || typ == nft.TypeAddr || typ == nft.TypeIface || typ == nft.TypeFibType || typ == nft.TypeCTState) {
-		return nil, fmt.Errorf("%q: %s on %s not modelled", p.text(start), c.Op, exprs[0])
-	}
 	switch w := p.peek(); {
 	case strings.HasPrefix(w, "@"):
-		if !eq {
-			return nil, fmt.Errorf("%s @set not modelled", c.Op)
-		}
 		p.next()
 		c.Set = w[1:]
 	case w == "{":
-		if !eq {
-			return nil, fmt.Errorf("%s { set } not modelled", c.Op)
-		}
 		p.next()
 		c.Anon = true
 		for p.peek() != "}" {
@@ -605,9 +529,6 @@ func (p *parser) match() (nft.Stmt, error) {
 			c.Right = append(c.Right, v)
 		}
 		p.next()
-		if len(c.Right) == 0 {
-			return nil, errors.New("empty { set }")
-		}
 	default:
 		if w == "" {
 			return nil, fmt.Errorf("%q: no value to compare with", p.text(start))
