@@ -63,42 +63,25 @@ type jsonDoc struct {
 	Nftables []map[string]json.RawMessage `json:"nftables"`
 }
 
-type jsonTable struct {
-	Family  string `json:"family"`
-	Name    string `json:"name"`
-	Comment string `json:"comment"`
-}
-
-type jsonChain struct {
-	Family  string  `json:"family"`
-	Table   string  `json:"table"`
-	Name    string  `json:"name"`
-	Type    string  `json:"type"`
-	Hook    string  `json:"hook"`
-	Prio    *int    `json:"prio"`
-	Policy  string  `json:"policy"`
-	Dev     any     `json:"dev"`
-	Comment *string `json:"comment"`
-}
-
-type jsonRule struct {
-	Family  string            `json:"family"`
-	Table   string            `json:"table"`
-	Chain   string            `json:"chain"`
-	Expr    []json.RawMessage `json:"expr"`
-	Comment *string           `json:"comment"`
-}
-
-type jsonSet struct {
-	Family  string            `json:"family"`
-	Table   string            `json:"table"`
-	Name    string            `json:"name"`
-	Type    any               `json:"type"`
-	Map     any               `json:"map"`
-	Flags   []string          `json:"flags"`
-	Timeout *int              `json:"timeout"`
-	Elem    []json.RawMessage `json:"elem"`
-	Comment *string           `json:"comment"`
+// jsonObject is a table, chain, rule, set or map of the listing: the
+// fields of all of them.
+type jsonObject struct {
+	Family, Table, Name string
+	Comment             *string
+	// A chain's; Type is a set's key type(s) too.
+	Type   any
+	Hook   string
+	Prio   *int
+	Policy string
+	Dev    any
+	// A rule's.
+	Chain string
+	Expr  []json.RawMessage
+	// A set's or map's.
+	Map     any
+	Flags   []string
+	Timeout *int
+	Elem    []json.RawMessage
 }
 
 // ParseJSON reads the output of `nft -j list table FAMILY NAME` (or of
@@ -122,92 +105,66 @@ func ParseJSON(fam knftables.Family, table string, data []byte) (*Listing, error
 		return nil, fmt.Errorf("family %q: only ip and ip6 tables are read", fam)
 	}
 	out := &Listing{}
-	mine := func(f, t string) bool { return f == string(fam) && t == table }
 	var m *Model
 	for _, obj := range doc.Nftables {
 		for kind, raw := range obj {
+			if kind == "metainfo" {
+				continue
+			}
+			var o jsonObject
+			if err := json.Unmarshal(raw, &o); err != nil {
+				return nil, fmt.Errorf("%s: %w", kind, err)
+			}
+			if kind == "table" {
+				if o.Family == string(fam) && o.Name == table {
+					m = &Model{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
+					if o.Comment != nil {
+						m.Comment = *o.Comment
+					}
+				}
+				continue
+			}
+			if o.Family != string(fam) || o.Table != table {
+				continue
+			}
+			if m == nil {
+				return nil, fmt.Errorf("%s %s listed before its table", kind, o.Name)
+			}
 			switch kind {
-			case "metainfo":
-			case "table":
-				var t jsonTable
-				if err := json.Unmarshal(raw, &t); err != nil {
-					return nil, fmt.Errorf("table: %w", err)
-				}
-				if mine(t.Family, t.Name) {
-					m = &Model{Comment: t.Comment, Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
-				}
 			case "chain":
-				var ch jsonChain
-				if err := json.Unmarshal(raw, &ch); err != nil {
-					return nil, fmt.Errorf("chain: %w", err)
-				}
-				if !mine(ch.Family, ch.Table) {
-					continue
-				}
-				if m == nil {
-					return nil, fmt.Errorf("chain %s listed before its table", ch.Name)
-				}
-				base, err := ch.base()
+				base, err := o.base()
 				if err != nil {
-					return nil, fmt.Errorf("chain %s: %w", ch.Name, err)
+					return nil, fmt.Errorf("chain %s: %w", o.Name, err)
 				}
-				m.Chains[ch.Name] = &Chain{Name: ch.Name, Base: base}
+				m.Chains[o.Name] = &Chain{Name: o.Name, Base: base}
 			case "rule":
-				var r jsonRule
-				if err := json.Unmarshal(raw, &r); err != nil {
-					return nil, fmt.Errorf("rule: %w", err)
-				}
-				if !mine(r.Family, r.Table) {
-					continue
-				}
-				ch := m.chain(r.Chain)
+				ch := m.Chains[o.Chain]
 				if ch == nil {
-					return nil, fmt.Errorf("rule of chain %s listed before its chain", r.Chain)
+					return nil, fmt.Errorf("rule of chain %s listed before its chain", o.Chain)
 				}
-				rule, err := c.rule(r)
+				rule, err := c.rule(o)
 				if err != nil {
-					out.Unreadable = append(out.Unreadable, Unreadable{Chain: r.Chain, Rule: len(ch.Rules) + 1,
+					out.Unreadable = append(out.Unreadable, Unreadable{Chain: o.Chain, Rule: len(ch.Rules) + 1,
 						Reason: err.Error(), JSON: compact(raw)})
 					rule = Opaque("not read: " + err.Error())
 				}
 				ch.Rules = append(ch.Rules, rule)
 			case "set", "map":
-				var s jsonSet
-				if err := json.Unmarshal(raw, &s); err != nil {
-					return nil, fmt.Errorf("%s: %w", kind, err)
-				}
-				if !mine(s.Family, s.Table) {
-					continue
-				}
-				if m == nil {
-					return nil, fmt.Errorf("%s %s listed before its table", kind, s.Name)
-				}
-				set, err := c.set(kind == "map", s)
+				set, err := c.set(kind == "map", o)
 				if err != nil {
-					return nil, fmt.Errorf("%s %s: %w", kind, s.Name, err)
+					return nil, fmt.Errorf("%s %s: %w", kind, o.Name, err)
 				}
-				m.Sets[s.Name] = set
+				m.Sets[o.Name] = set
 			default:
 				// Objects kproxy never creates (counters, quotas,
 				// flowtables, ct helpers...): reported, not read.
-				var hdr struct{ Family, Table, Name string }
-				_ = json.Unmarshal(raw, &hdr)
-				if mine(hdr.Family, hdr.Table) {
-					out.Unreadable = append(out.Unreadable, Unreadable{What: kind + " " + hdr.Name,
-						Reason: "an object kproxy does not create", JSON: compact(raw)})
-				}
+				out.Unreadable = append(out.Unreadable, Unreadable{What: kind + " " + o.Name,
+					Reason: "an object kproxy does not create", JSON: compact(raw)})
 			}
 		}
 	}
 	out.Model = m
 	return out, nil
-}
-
-func (m *Model) chain(name string) *Chain {
-	if m == nil {
-		return nil
-	}
-	return m.Chains[name]
 }
 
 func compact(raw json.RawMessage) string {
@@ -219,19 +176,20 @@ func compact(raw json.RawMessage) string {
 }
 
 // base reads a base chain's spec (nil for a regular chain).
-func (ch jsonChain) base() (*nft.BaseChain, error) {
-	if ch.Hook == "" && ch.Type == "" {
+func (o jsonObject) base() (*nft.BaseChain, error) {
+	typ, _ := o.Type.(string)
+	if o.Hook == "" && o.Type == nil {
 		return nil, nil
 	}
-	if ch.Dev != nil {
+	if o.Dev != nil {
 		return nil, errors.New("a chain bound to a device is not read")
 	}
-	if ch.Type == "" || ch.Hook == "" || ch.Prio == nil {
-		return nil, fmt.Errorf("base chain with type %q hook %q: want a type, a hook and a priority", ch.Type, ch.Hook)
+	if typ == "" || o.Hook == "" || o.Prio == nil {
+		return nil, fmt.Errorf("base chain with type %v hook %q: want a type, a hook and a priority", o.Type, o.Hook)
 	}
-	b := &nft.BaseChain{Type: ch.Type, Hook: ch.Hook, Priority: *ch.Prio}
-	if ch.Policy != "accept" {
-		b.Policy = ch.Policy
+	b := &nft.BaseChain{Type: typ, Hook: o.Hook, Priority: *o.Prio}
+	if o.Policy != "accept" {
+		b.Policy = o.Policy
 	}
 	return b, nil
 }
@@ -243,7 +201,7 @@ type conv struct {
 
 // rule converts one rule's expression list, then checks it as the tracer
 // does (a shape converted but not modelled is unreadable too).
-func (c *conv) rule(r jsonRule) (nft.Rule, error) {
+func (c *conv) rule(r jsonObject) (nft.Rule, error) {
 	if r.Comment != nil {
 		return nil, errors.New("a rule with a comment (kproxy writes none)")
 	}
@@ -821,7 +779,7 @@ func prefixValue(p netip.Prefix) nft.Value {
 
 // set converts a set or map with its elements. A map declared with typeof
 // lists its types in the kernel, so its Spec is not the renderer's.
-func (c *conv) set(isMap bool, s jsonSet) (*Set, error) {
+func (c *conv) set(isMap bool, s jsonObject) (*Set, error) {
 	if s.Comment != nil {
 		return nil, errors.New("a set with a comment (kproxy writes none)")
 	}
@@ -1010,14 +968,15 @@ func ParseChains(data []byte) ([]ListedChain, error) {
 		if !ok {
 			continue
 		}
-		var ch jsonChain
+		var ch jsonObject
 		if err := json.Unmarshal(raw, &ch); err != nil {
 			return nil, fmt.Errorf("chain: %w", err)
 		}
+		typ, _ := ch.Type.(string)
 		if ch.Hook == "" || ch.Prio == nil {
 			continue
 		}
-		out = append(out, ListedChain{Family: ch.Family, Table: ch.Table, Name: ch.Name, Type: ch.Type, Hook: ch.Hook, Priority: *ch.Prio})
+		out = append(out, ListedChain{Family: ch.Family, Table: ch.Table, Name: ch.Name, Type: typ, Hook: ch.Hook, Priority: *ch.Prio})
 	}
 	return out, nil
 }
