@@ -34,8 +34,10 @@ func parseElem(s *Set, text string) (e nft.Elem, hasVal bool, err error) {
 
 // parseKey reads "a . b": the parts of an element's key or data value.
 func parseKey(text string) (nft.Key, error) {
-	var out nft.Key
-	for _, p := range strings.Split(text, " . ") {
+	out := make(nft.Key, 0, strings.Count(text, " . ")+1)
+	for more := true; more; {
+		var p string
+		p, text, more = strings.Cut(text, " . ")
 		v, err := parseKeyPart(p)
 		if err != nil {
 			return nil, err
