@@ -11,8 +11,8 @@ import (
 // Model is the state of one table as typed values: the Fake's table (its
 // transactions' text read once, as nft reads it), or a table read back
 // from the kernel (ParseJSON). Rules and elements are values: a Model is
-// changed by replacing them, never by changing a statement in place (a
-// clone shares them).
+// changed by replacing them, never by changing a statement, an element's
+// verdict or a base chain in place (a clone shares them).
 type Model struct {
 	Comment string
 	Chains  map[string]*Chain
@@ -91,8 +91,12 @@ func (m *Model) RenameChains(rename map[string]string) *Model {
 		}
 		return v
 	}
-	out := m.clone()
-	out.Chains = make(map[string]*Chain, len(m.Chains))
+	out := &Model{Comment: m.Comment, Chains: make(map[string]*Chain, len(m.Chains)), Sets: make(map[string]*Set, len(m.Sets))}
+	for n, s := range m.Sets {
+		cs := *s
+		cs.Elements = maps.Clone(s.Elements)
+		out.Sets[n] = &cs
+	}
 	for n, c := range m.Chains {
 		cc := &Chain{Name: n, Base: c.Base, Rules: make([]nft.Rule, len(c.Rules))}
 		if r, ok := rename[n]; ok {
