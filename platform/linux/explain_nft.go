@@ -301,14 +301,17 @@ func nftStep(m *nftmodel.Model, s, prefix string) explain.Step {
 	}
 	n, _ := strconv.Atoi(sm[2])
 	where := fmt.Sprintf("%s%s rule %d", prefix, chain, n)
-	rule := ""
+	rule, opaque := "", false
 	if c := m.Chains[chain]; c != nil && n >= 1 && n <= len(c.Rules) {
-		rule = c.Rules[n-1]
+		rule, opaque = c.Rules[n-1].String(), nftmodel.IsOpaque(c.Rules[n-1])
 	}
 	detail, isRule := strings.CutPrefix(rest, rule)
 	if rule == "" || !isRule {
 		// A note on one match of the rule (a random draw).
 		return explain.Step{Where: where, What: rule, Why: matchReason(rest)}
+	}
+	if opaque {
+		return explain.Step{Where: where, What: rule, Why: "a rule kproxy does not write, which the tracer cannot read: not simulated from here"}
 	}
 	return explain.Step{Where: where, What: rule, Why: nftRuleReason(chain, rule, strings.TrimPrefix(detail, ": "))}
 }
@@ -451,9 +454,6 @@ func whoReason(rule string) string {
 // chain, text and what the tracer found (detail: the key looked up and the
 // element found, or nothing).
 func nftRuleReason(chain, rule, detail string) string {
-	if nftmodel.IsOpaque(rule) {
-		return "a rule kproxy does not write, which the tracer cannot read: not simulated from here"
-	}
 	switch {
 	case strings.Contains(rule, "vmap @"+nftables.MapFrontends):
 		if key, v, ok := strings.Cut(detail, " → "); ok {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // maxListed bounds the elements named per kind of difference and set.
@@ -22,10 +23,10 @@ const maxListed = 8
 // content differently from a plan made from scratch.
 var portChainGen = regexp.MustCompile(`^(port-\S+)-[0-9]+$`)
 
-// canonNames returns m with the generation left out of the names of the
-// ports' own chains, in the chains and in every reference to them (rules,
-// verdict elements).
-func canonNames(m *nftmodel.Model) *nftmodel.Model {
+// withoutGenerations returns m with the generation left out of the names
+// of the ports' own chains: the chains, and every rule's and verdict
+// element's reference to them (a typed rename).
+func withoutGenerations(m *nftmodel.Model) *nftmodel.Model {
 	if m == nil {
 		return nil
 	}
@@ -35,45 +36,7 @@ func canonNames(m *nftmodel.Model) *nftmodel.Model {
 			rename[n] = sm[1]
 		}
 	}
-	ref := func(s string) string {
-		if len(rename) == 0 || !strings.Contains(s, "port-") {
-			return s
-		}
-		f := strings.Fields(s)
-		for i, w := range f {
-			if r, ok := rename[w]; ok && i > 0 && (f[i-1] == "goto" || f[i-1] == "jump") {
-				f[i] = r
-			}
-		}
-		return strings.Join(f, " ")
-	}
-	out := &nftmodel.Model{Comment: m.Comment, Chains: map[string]*nftmodel.Chain{}, Sets: map[string]*nftmodel.Set{}}
-	for n, c := range m.Chains {
-		name := n
-		if r, ok := rename[n]; ok {
-			name = r
-		}
-		cc := &nftmodel.Chain{Name: name, Base: c.Base}
-		for _, r := range c.Rules {
-			cc.Rules = append(cc.Rules, ref(r))
-		}
-		out.Chains[name] = cc
-	}
-	for n, s := range m.Sets {
-		cs := &nftmodel.Set{Name: n, IsMap: s.IsMap, Spec: s.Spec, Elements: make(map[string]nftmodel.Element, len(s.Elements))}
-		for id, e := range s.Elements {
-			if e.Value != nil {
-				v := slices.Clone(e.Value)
-				for i := range v {
-					v[i] = ref(v[i])
-				}
-				e.Value = v
-			}
-			cs.Elements[id] = e
-		}
-		out.Sets[n] = cs
-	}
-	return out
+	return m.RenameChains(rename)
 }
 
 // NFTDrift compares kproxy's table read back from the kernel (live; nil:
@@ -95,20 +58,20 @@ func NFTDrift(fam knftables.Family, planned, live *nftmodel.Model, unread []nftm
 			out = append(out, fmt.Sprintf("%s in table %s: %s: %s", u.What, table, u.Reason, u.JSON))
 		}
 	}
-	p, l := canonNames(planned), canonNames(live)
+	p, l := withoutGenerations(planned), withoutGenerations(live)
 	for _, n := range slices.Sorted(maps.Keys(p.Chains)) {
 		pc, lc := p.Chains[n], l.Chains[n]
 		switch {
-		case lc == nil && pc.Base != "":
+		case lc == nil && pc.Base != nil:
 			out = append(out, fmt.Sprintf("missing base chain %s (%s): packets of that hook never reach kproxy's rules", n, pc.Base))
 			continue
 		case lc == nil:
 			out = append(out, fmt.Sprintf("missing chain %s (in the plan, not in the kernel)", n))
 			continue
-		case pc.Base != lc.Base && lc.Base == "":
+		case pc.Base != nil && lc.Base == nil:
 			out = append(out, fmt.Sprintf("chain %s is not a base chain (planned: %s): packets of that hook never reach kproxy's rules", n, pc.Base))
-		case pc.Base != lc.Base:
-			out = append(out, fmt.Sprintf("base chain %s is %q, planned %q", n, lc.Base, pc.Base))
+		case baseText(pc.Base) != baseText(lc.Base):
+			out = append(out, fmt.Sprintf("base chain %s is %q, planned %q", n, baseText(lc.Base), baseText(pc.Base)))
 		}
 		if d := ruleDiff(pc.Rules, lc.Rules); d != "" {
 			out = append(out, fmt.Sprintf("chain %s differs from the plan (%d rules live, %d planned): %s", n, len(lc.Rules), len(pc.Rules), d))
@@ -117,8 +80,8 @@ func NFTDrift(fam knftables.Family, planned, live *nftmodel.Model, unread []nftm
 	for _, n := range slices.Sorted(maps.Keys(l.Chains)) {
 		if p.Chains[n] == nil {
 			what := "stale chain"
-			if l.Chains[n].Base != "" {
-				what = "base chain not in the plan: " + l.Chains[n].Base + ":"
+			if b := l.Chains[n].Base; b != nil {
+				what = "base chain not in the plan: " + b.String() + ":"
 			}
 			out = append(out, fmt.Sprintf("%s %s (in the kernel, not in the plan)", what, n))
 		}
@@ -130,7 +93,7 @@ func NFTDrift(fam knftables.Family, planned, live *nftmodel.Model, unread []nftm
 		case ls == nil:
 			out = append(out, fmt.Sprintf("missing %s %s (in the plan, not in the kernel)", kind, n))
 			continue
-		case ps.IsMap != ls.IsMap || isVerdictMap(ps) != isVerdictMap(ls):
+		case ps.IsMap != ls.IsMap || ps.IsVerdictMap() != ls.IsVerdictMap():
 			out = append(out, fmt.Sprintf("%s %s is a %s in the kernel (%s)", kind, n, setKind(ls), ls.Spec))
 			continue
 		case strings.HasPrefix(n, "aff-"):
@@ -155,18 +118,24 @@ func setKind(s *nftmodel.Set) string {
 	return "set"
 }
 
-func isVerdictMap(s *nftmodel.Set) bool { return strings.Contains(s.Spec, ": verdict") }
+// baseText writes a base chain's spec ("" for a regular chain).
+func baseText(b *nft.BaseChain) string {
+	if b == nil {
+		return ""
+	}
+	return b.String()
+}
 
-// ruleDiff names the first rule two chains differ at ("" when the same,
-// anonymous address sets compared as sets).
-func ruleDiff(planned, live []string) string {
+// ruleDiff names the first rule two chains differ at ("" when the same;
+// rules compared as values, see nftmodel.SameRule).
+func ruleDiff(planned, live []nft.Rule) string {
 	for i := 0; i < max(len(planned), len(live)); i++ {
 		switch {
 		case i >= len(live):
 			return fmt.Sprintf("rule %d is missing: %s", i+1, planned[i])
 		case i >= len(planned):
 			return fmt.Sprintf("rule %d is not in the plan: %s", i+1, live[i])
-		case !nftables.SameRule(planned[i], live[i]):
+		case !nftmodel.SameRule(planned[i], live[i]):
 			return fmt.Sprintf("rule %d is %q, planned %q", i+1, live[i], planned[i])
 		}
 	}
@@ -176,12 +145,16 @@ func ruleDiff(planned, live []string) string {
 // elementDrift compares the elements of one set or map (an interval set's
 // as the addresses they cover: nft merges them).
 func elementDrift(kind, name string, p, l *nftmodel.Set) []string {
-	if interval(p) || interval(l) {
-		pw, lw := coverage(p), coverage(l)
-		if pw != lw {
+	if p.Spec.IsInterval() || l.Spec.IsInterval() {
+		pw, pok := nftmodel.Coverage(p)
+		lw, lok := nftmodel.Coverage(l)
+		switch {
+		case pok && lok && pw != lw:
 			return []string{fmt.Sprintf("%s %s holds { %s }, planned { %s }", kind, name, lw, pw)}
+		case pok && lok:
+			return nil
 		}
-		return nil
+		// Not addresses: element by element.
 	}
 	var missing, extra, changed []string
 	for _, id := range slices.Sorted(maps.Keys(p.Elements)) {
@@ -189,14 +162,14 @@ func elementDrift(kind, name string, p, l *nftmodel.Set) []string {
 		le, ok := l.Elements[id]
 		switch {
 		case !ok:
-			missing = append(missing, elemText(pe))
-		case !slices.Equal(pe.Value, le.Value):
-			changed = append(changed, fmt.Sprintf("%s : %s (planned %s)", id, strings.Join(le.Value, " . "), strings.Join(pe.Value, " . ")))
+			missing = append(missing, pe.String())
+		case !nftmodel.SameElem(pe, le):
+			changed = append(changed, fmt.Sprintf("%s (planned %s)", le, valueText(pe)))
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(l.Elements)) {
 		if _, ok := p.Elements[id]; !ok {
-			extra = append(extra, elemText(l.Elements[id]))
+			extra = append(extra, l.Elements[id].String())
 		}
 	}
 	var out []string
@@ -225,28 +198,12 @@ func elementDrift(kind, name string, p, l *nftmodel.Set) []string {
 	return out
 }
 
-func elemText(e nftmodel.Element) string {
-	s := strings.Join(e.Key, " . ")
-	if e.Value != nil {
-		s += " : " + strings.Join(e.Value, " . ")
+// valueText writes a map element's value.
+func valueText(e nft.Elem) string {
+	if e.Verdict != nil {
+		return e.Verdict.String()
 	}
-	return s
-}
-
-func interval(s *nftmodel.Set) bool { return strings.Contains(s.Spec, "interval") }
-
-// coverage writes the addresses an interval set's elements cover, merged
-// and sorted.
-func coverage(s *nftmodel.Set) string {
-	var ps []string
-	for _, e := range s.Elements {
-		ps = append(ps, strings.Join(e.Key, " . "))
-	}
-	if len(ps) == 0 {
-		return ""
-	}
-	canon := nftables.CanonRule("x { " + strings.Join(ps, ", ") + " }")
-	return strings.TrimSuffix(strings.TrimPrefix(canon, "x { "), " }")
+	return e.Data.String()
 }
 
 // foreignNATHooks notes every base chain of type nat of another table that

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 	"github.com/kproxy/kproxy/test/proxytest"
 )
 
@@ -351,21 +353,88 @@ func TestExplainNFTDriftFake(t *testing.T) {
 // that synced partially has the same chain under another generation than
 // a plan made from scratch. That is no drift; other content is.
 func TestNFTDriftPortChainGenerations(t *testing.T) {
-	model := func(gen, rule string) *nftmodel.Model {
+	tcp, _ := nft.Proto("tcp")
+	dnat := func(a string) nft.Rule {
+		return nft.Rule{&nft.Match{Left: []nft.Expr{&nft.Meta{Key: "l4proto"}}, Right: []nft.Key{{tcp}}},
+			&nft.DNAT{Family: "ip", Addr: netip.MustParseAddr(a), Port: 80}}
+	}
+	model := func(gen string, rule nft.Rule) *nftmodel.Model {
 		name := "port-abcdefgh-ns/s/tcp/p-eps-cluster-" + gen
+		key := nft.Key{nft.Addr(netip.MustParseAddr("10.96.0.1")), tcp, nft.Num(80)}
 		return &nftmodel.Model{
-			Chains: map[string]*nftmodel.Chain{name: {Name: name, Rules: []string{rule}}},
-			Sets: map[string]*nftmodel.Set{nftables.MapFrontends: {Name: nftables.MapFrontends, IsMap: true, Spec: "{ type ipv4_addr . inet_proto . inet_service : verdict ; }",
-				Elements: map[string]nftmodel.Element{"10.96.0.1 . tcp . 80": {Key: []string{"10.96.0.1", "tcp", "80"}, Value: []string{"goto " + name}}}}},
+			Chains: map[string]*nftmodel.Chain{name: {Name: name, Rules: []nft.Rule{rule}}},
+			Sets: map[string]*nftmodel.Set{nftables.MapFrontends: {Name: nftables.MapFrontends, IsMap: true,
+				Spec:     nftmodel.SetSpec{Key: []string{"ipv4_addr", "inet_proto", "inet_service"}, Data: []string{"verdict"}},
+				Elements: map[string]nft.Elem{nftmodel.ElemID(key): {Key: key, Verdict: nft.Goto(name)}}}},
 		}
 	}
-	const dnat = "meta l4proto tcp dnat ip to 10.244.1.1:80"
-	if d := NFTDrift(knftables.IPv4Family, model("1", dnat), model("17", dnat), nil); len(d) != 0 {
+	if d := NFTDrift(knftables.IPv4Family, model("1", dnat("10.244.1.1")), model("17", dnat("10.244.1.1")), nil); len(d) != 0 {
 		t.Errorf("same content under another generation: drift %q", d)
 	}
-	d := NFTDrift(knftables.IPv4Family, model("1", dnat), model("17", "meta l4proto tcp dnat ip to 10.244.1.2:80"), nil)
+	d := NFTDrift(knftables.IPv4Family, model("1", dnat("10.244.1.1")), model("17", dnat("10.244.1.2")), nil)
 	if len(d) != 1 || !strings.Contains(d[0], "chain port-abcdefgh-ns/s/tcp/p-eps-cluster differs from the plan") {
 		t.Errorf("other content: drift %q, want the chain that differs", d)
+	}
+	other := model("17", dnat("10.244.1.1"))
+	for id, e := range other.Sets[nftables.MapFrontends].Elements {
+		e.Verdict = nft.Goto("port-abcdefgh-ns/s/tcp/p-eps-local-17")
+		other.Sets[nftables.MapFrontends].Elements[id] = e
+	}
+	other.Chains["port-abcdefgh-ns/s/tcp/p-eps-local-17"] = &nftmodel.Chain{Name: "port-abcdefgh-ns/s/tcp/p-eps-local-17", Rules: []nft.Rule{dnat("10.244.1.1")}}
+	d = NFTDrift(knftables.IPv4Family, model("1", dnat("10.244.1.1")), other, nil)
+	if want := "map frontends (Service frontends): 1 element(s) with another value: 10.96.0.1 . tcp . 80 : goto port-abcdefgh-ns/s/tcp/p-eps-local (planned goto port-abcdefgh-ns/s/tcp/p-eps-cluster)"; !slices.Contains(d, want) {
+		t.Errorf("a frontend sent to another chain: drift %q, want %q", d, want)
+	}
+}
+
+// TestNFTDriftAnonymousSets: rules are compared as values: the members of
+// an anonymous set in another order (nft lists sets sorted, addresses
+// merged) are no drift; another member, port or operator is.
+func TestNFTDriftAnonymousSets(t *testing.T) {
+	tcp, _ := nft.Proto("tcp")
+	udp, _ := nft.Proto("udp")
+	dport := &nft.Payload{Base: "th", Field: "dport"}
+	saddr := &nft.Payload{Base: "ip", Field: "saddr"}
+	anon := func(e nft.Expr, op nft.Op, vs ...nft.Value) *nft.Match {
+		m := &nft.Match{Left: []nft.Expr{e}, Op: op, Anon: true}
+		for _, v := range vs {
+			m.Right = append(m.Right, nft.Key{v})
+		}
+		return m
+	}
+	pfx := func(s string) nft.Value { return nft.Prefix(netip.MustParsePrefix(s)) }
+	addr := func(s string) nft.Value { return nft.Addr(netip.MustParseAddr(s)) }
+	l4 := &nft.Meta{Key: "l4proto"}
+	drop := &nft.Verdict{Kind: "drop"}
+	planned := nft.Rule{anon(l4, nft.OpImplicit, tcp, udp), anon(dport, nft.OpImplicit, nft.Num(80), nft.Num(443)),
+		anon(saddr, nft.OpNe, pfx("192.168.50.0/24"), addr("192.168.70.12"), pfx("10.0.0.0/25"), pfx("10.0.0.128/25")), drop}
+	model := func(r nft.Rule) *nftmodel.Model {
+		return &nftmodel.Model{Chains: map[string]*nftmodel.Chain{"firewall": {Name: "firewall", Rules: []nft.Rule{r}}}, Sets: map[string]*nftmodel.Set{}}
+	}
+	for _, tc := range []struct {
+		name  string
+		live  nft.Rule
+		drift bool
+	}{
+		{"the same", planned, false},
+		{"members in another order, addresses merged", nft.Rule{anon(l4, nft.OpImplicit, nft.Num(17), tcp), anon(dport, nft.OpImplicit, nft.Num(443), nft.Num(80)),
+			anon(saddr, nft.OpNe, pfx("10.0.0.0/24"), pfx("192.168.50.0/24"), addr("192.168.70.12")), drop}, false},
+		{"another port", nft.Rule{anon(l4, nft.OpImplicit, tcp, udp), anon(dport, nft.OpImplicit, nft.Num(80), nft.Num(8443)),
+			anon(saddr, nft.OpNe, pfx("192.168.50.0/24"), addr("192.168.70.12"), pfx("10.0.0.0/24")), drop}, true},
+		{"a port less", nft.Rule{anon(l4, nft.OpImplicit, tcp, udp), anon(dport, nft.OpImplicit, nft.Num(80)),
+			anon(saddr, nft.OpNe, pfx("192.168.50.0/24"), addr("192.168.70.12"), pfx("10.0.0.0/24")), drop}, true},
+		{"a narrower prefix", nft.Rule{anon(l4, nft.OpImplicit, tcp, udp), anon(dport, nft.OpImplicit, nft.Num(80), nft.Num(443)),
+			anon(saddr, nft.OpNe, pfx("192.168.50.0/24"), addr("192.168.70.12"), pfx("10.0.0.0/25")), drop}, true},
+		{"another operator", nft.Rule{anon(l4, nft.OpImplicit, tcp, udp), anon(dport, nft.OpImplicit, nft.Num(80), nft.Num(443)),
+			anon(saddr, nft.OpImplicit, pfx("192.168.50.0/24"), addr("192.168.70.12"), pfx("10.0.0.0/24")), drop}, true},
+	} {
+		d := NFTDrift(knftables.IPv4Family, model(planned), model(tc.live), nil)
+		if got := len(d) > 0; got != tc.drift {
+			t.Errorf("%s (%s, planned %s): drift %q, want drift %v", tc.name, tc.live, planned, d, tc.drift)
+		}
+		if tc.drift && (len(d) != 1 || !strings.Contains(d[0], "chain firewall differs from the plan (1 rules live, 1 planned): rule 1 is")) {
+			t.Errorf("%s: drift %q, want the rule that differs", tc.name, d)
+		}
 	}
 }
 

@@ -64,7 +64,8 @@ func netlinkSet(name string) bool {
 	return strings.HasPrefix(name, "cluster-") || strings.HasPrefix(name, "local-")
 }
 
-// tableElements lists every element of kproxy's table, as "set: key : value".
+// tableElements lists every element of kproxy's table, as "set: key" or
+// "map: key : value".
 func tableElements(t *testing.T, fam v1.IPFamily) []string {
 	t.Helper()
 	out, err := exec.Command("nft", "-j", "list", "table", string(nftables.Family(fam)), nftables.TableName).Output()
@@ -78,7 +79,7 @@ func tableElements(t *testing.T, fam v1.IPFamily) []string {
 	var els []string
 	for name, s := range l.Model.Sets {
 		for _, e := range s.Elements {
-			els = append(els, name+": "+strings.Join(e.Key, " . ")+" : "+strings.Join(e.Value, " . "))
+			els = append(els, name+": "+e.String())
 		}
 	}
 	slices.Sort(els)

@@ -232,7 +232,7 @@ func (t *Tracer) evalItems(h trace.Host, c *tchain, i, k int, st trace.State, de
 		return t.verdict(h, c, i, it, st, depth)
 	case *nft.VMap:
 		return lookup(it.Key, it.Map, func(s trace.State, _ valAlt, e *telem) ([]trace.Branch, error) {
-			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.text[:strings.Index(e.text, " : ")], e.Verdict)
+			s.Note("%s: %s: %s → %s", t.ruleRef(c, i), r.text, e.Key, e.Verdict)
 			return t.verdict(h, c, i, e.Verdict, s, depth)
 		})
 	case *nft.DNAT:

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/kproxy/kproxy/platform/linux/nftables"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 	"sigs.k8s.io/knftables"
 )
 
@@ -20,8 +21,11 @@ import (
 // missing object deleted or flushed (ENOENT), a base chain added again with
 // another hook or priority. It reads the transaction as nft would, from
 // its text (one command per line, elements batched as "{ a, b }"), so what
-// it accepts is what the real nft receives. Model exposes the state for the packet
-// tracer; Dump a sorted, deterministic listing.
+// it accepts is what the real nft receives; it reads every rule, element,
+// base chain and set definition into the typed values of package nft once,
+// when the transaction is applied (a form the reader does not know is
+// refused, as ErrNotSupp), and holds those. Model exposes the state for the
+// packet tracer; Dump a sorted, deterministic listing.
 //
 // It implements nftables.Interface for one family and table; ListRules returns rules
 // with their text filled in (the real nft's does not).
@@ -45,60 +49,11 @@ func NewFake(family knftables.Family, table string) *Fake {
 	return &Fake{family: family, table: table}
 }
 
-// Model is the state of one table: nil when the table does not exist.
-type Model struct {
-	Comment string
-	Chains  map[string]*Chain
-	Sets    map[string]*Set
-}
-
-// Chain is one chain of a Model.
-type Chain struct {
-	Name string
-	// Base holds "type nat hook prerouting priority -100" for a base chain
-	// ("" for a regular one).
-	Base  string
-	Rules []string
-}
-
-// Set is one set or map of a Model.
-type Set struct {
-	Name  string
-	IsMap bool
-	// Spec is what follows the name when it was added ("{ type ... ; }").
-	Spec string
-	// Elements by key (the key's parts joined with " . ").
-	Elements map[string]Element
-}
-
-// Element is one element of a set or map.
-type Element struct {
-	Key, Value []string
-}
-
 // Model returns a copy of the table's state (nil when there is no table).
 func (f *Fake) Model() *Model {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.m.clone()
-}
-
-func (m *Model) clone() *Model {
-	if m == nil {
-		return nil
-	}
-	out := &Model{Comment: m.Comment, Chains: make(map[string]*Chain, len(m.Chains)), Sets: make(map[string]*Set, len(m.Sets))}
-	for n, c := range m.Chains {
-		cc := *c
-		cc.Rules = slices.Clone(c.Rules)
-		out.Chains[n] = &cc
-	}
-	for n, s := range m.Sets {
-		cs := *s
-		cs.Elements = maps.Clone(s.Elements)
-		out.Sets[n] = &cs
-	}
-	return out
 }
 
 // Run applies tx atomically.
@@ -192,7 +147,7 @@ func (f *Fake) apply(m *Model, text string) (*Model, error) {
 		case "chain":
 			err = m.chainOp(verb, name, spec)
 		case "rule":
-			err = m.ruleOp(verb, name, spec)
+			err = m.ruleOp(f.ip(), verb, name, spec)
 		case "set", "map":
 			err = m.setOp(verb, kind == "map", name, spec)
 		case "element":
@@ -207,17 +162,38 @@ func (f *Fake) apply(m *Model, text string) (*Model, error) {
 	return m, nil
 }
 
+func (f *Fake) ip() string {
+	if f.family == knftables.IPv6Family {
+		return "ip6"
+	}
+	return "ip"
+}
+
 func (m *Model) chainOp(verb, name, spec string) error {
 	c := m.Chains[name]
-	base := strings.TrimSuffix(strings.TrimPrefix(spec, "{ "), " ; }")
+	var base *nft.BaseChain
+	if spec != "" {
+		text, ok := strings.CutPrefix(spec, "{ ")
+		if ok {
+			text, ok = strings.CutSuffix(text, " }")
+		}
+		if !ok {
+			return fmt.Errorf("%w: chain %s %s", nftables.ErrNotSupp, name, spec)
+		}
+		b, err := parseBase(strings.TrimSuffix(text, " ;"))
+		if err != nil {
+			return fmt.Errorf("%w: chain %s: %w", nftables.ErrNotSupp, name, err)
+		}
+		base = &b
+	}
 	switch verb {
 	case "add", "create":
 		if c != nil {
 			if verb == "create" {
 				return nftables.ErrExists
 			}
-			if spec != "" && c.Base != base {
-				return fmt.Errorf("%w: chain %s exists as %q", nftables.ErrNotSupp, name, c.Base)
+			if base != nil && (c.Base == nil || *c.Base != *base) {
+				return fmt.Errorf("%w: chain %s exists as %v", nftables.ErrNotSupp, name, c.Base)
 			}
 			return nil
 		}
@@ -244,13 +220,17 @@ func (m *Model) chainOp(verb, name, spec string) error {
 	return nil
 }
 
-func (m *Model) ruleOp(verb, chain, rule string) error {
+func (m *Model) ruleOp(ip, verb, chain, text string) error {
 	c := m.Chains[chain]
 	if c == nil {
 		return fmt.Errorf("%w: chain %s", nftables.ErrNotFound, chain)
 	}
 	if verb != "add" {
 		return fmt.Errorf("%w: %s rule (kproxy only appends rules)", nftables.ErrNotSupp, verb)
+	}
+	rule, err := parseRule(ip, text)
+	if err != nil {
+		return fmt.Errorf("%w: rule %q: %w", nftables.ErrNotSupp, text, err)
 	}
 	if err := m.checkRefs(rule); err != nil {
 		return err
@@ -259,20 +239,30 @@ func (m *Model) ruleOp(verb, chain, rule string) error {
 	return nil
 }
 
-func (m *Model) setOp(verb string, isMap bool, name, spec string) error {
+func (m *Model) setOp(verb string, isMap bool, name, text string) error {
 	s := m.Sets[name]
+	var spec SetSpec
+	if text != "" {
+		var err error
+		if spec, err = parseSpec(text); err != nil {
+			return fmt.Errorf("%w: %s %s: %w", nftables.ErrNotSupp, name, text, err)
+		}
+	}
 	switch verb {
 	case "add", "create":
 		if s != nil {
 			if verb == "create" {
 				return nftables.ErrExists
 			}
-			if s.IsMap != isMap || (spec != "" && s.Spec != spec) {
+			if s.IsMap != isMap || (text != "" && s.Spec.String() != spec.String()) {
 				return fmt.Errorf("%w: %s exists with another definition", nftables.ErrExists, name)
 			}
 			return nil
 		}
-		m.Sets[name] = &Set{Name: name, IsMap: isMap, Spec: spec, Elements: map[string]Element{}}
+		if text == "" {
+			return fmt.Errorf("%w: %s %s without a definition", nftables.ErrNotSupp, kindName(isMap), name)
+		}
+		m.Sets[name] = &Set{Name: name, IsMap: isMap, Spec: spec, Elements: map[string]nft.Elem{}}
 	case "flush":
 		if s == nil || s.IsMap != isMap {
 			return fmt.Errorf("%w: %s", nftables.ErrNotFound, name)
@@ -295,22 +285,11 @@ func (m *Model) setOp(verb string, isMap bool, name, spec string) error {
 	return nil
 }
 
-// parseElement splits "{ a . b : goto c }" into key and value parts.
-func parseElement(spec string) (key, val []string, ok bool) {
-	body, ok := strings.CutPrefix(spec, "{ ")
-	if !ok {
-		return nil, nil, false
+func kindName(isMap bool) string {
+	if isMap {
+		return "map"
 	}
-	body, ok = strings.CutSuffix(body, " }")
-	if !ok {
-		return nil, nil, false
-	}
-	k, v, hasVal := strings.Cut(body, " : ")
-	key = strings.Split(k, " . ")
-	if hasVal {
-		val = strings.Split(v, " . ")
-	}
-	return key, val, true
+	return "set"
 }
 
 func (m *Model) elementOp(verb, set, spec string) error {
@@ -326,38 +305,36 @@ func (m *Model) elementOp(verb, set, spec string) error {
 		return fmt.Errorf("%w: element %q", nftables.ErrNotSupp, spec)
 	}
 	for _, one := range strings.Split(body, ", ") {
-		if err := m.oneElement(s, verb, "{ "+one+" }"); err != nil {
+		if err := m.oneElement(s, verb, one); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (m *Model) oneElement(s *Set, verb, spec string) error {
+func (m *Model) oneElement(s *Set, verb, text string) error {
 	set := s.Name
-	key, val, ok := parseElement(spec)
-	if !ok {
-		return fmt.Errorf("%w: element %q", nftables.ErrNotSupp, spec)
+	e, hasVal, err := parseElem(s, text)
+	if err != nil {
+		return fmt.Errorf("%w: element %q of %s: %w", nftables.ErrNotSupp, text, set, err)
 	}
-	id := strings.Join(key, " . ")
+	id := ElemID(e.Key)
 	old, exists := s.Elements[id]
 	switch verb {
 	case "add", "create":
-		if s.IsMap != (val != nil) {
-			return fmt.Errorf("%w: element %q of %s: a map's elements have values, a set's none", nftables.ErrNotSupp, spec, set)
+		if s.IsMap != hasVal {
+			return fmt.Errorf("%w: element %q of %s: a map's elements have values, a set's none", nftables.ErrNotSupp, text, set)
 		}
 		if exists {
-			if verb == "create" || !slices.Equal(old.Value, val) {
+			if verb == "create" || old.String() != e.String() {
 				return fmt.Errorf("%w: element %s of %s", nftables.ErrExists, id, set)
 			}
 			return nil
 		}
-		if val != nil {
-			if err := m.checkRefs(strings.Join(val, " ")); err != nil {
-				return err
-			}
+		if e.Verdict != nil && e.Verdict.Chain != "" && m.Chains[e.Verdict.Chain] == nil {
+			return fmt.Errorf("%w: chain %s", nftables.ErrNotFound, e.Verdict.Chain)
 		}
-		s.Elements[id] = Element{Key: key, Value: val}
+		s.Elements[id] = e
 	case "delete", "destroy":
 		if !exists {
 			if verb == "destroy" {
@@ -372,22 +349,8 @@ func (m *Model) oneElement(s *Set, verb, spec string) error {
 	return nil
 }
 
-// refs returns the chains (after goto/jump) and sets (@name) text names.
-func refs(text string) (chains, sets []string) {
-	words := strings.Fields(text)
-	for i, w := range words {
-		if (w == "goto" || w == "jump") && i+1 < len(words) {
-			chains = append(chains, words[i+1])
-		}
-		if s, ok := strings.CutPrefix(w, "@"); ok {
-			sets = append(sets, s)
-		}
-	}
-	return chains, sets
-}
-
-func (m *Model) checkRefs(text string) error {
-	chains, sets := refs(text)
+func (m *Model) checkRefs(r nft.Rule) error {
+	chains, sets := refs(r)
 	for _, c := range chains {
 		if m.Chains[c] == nil {
 			return fmt.Errorf("%w: chain %s", nftables.ErrNotFound, c)
@@ -417,9 +380,7 @@ func (m *Model) referrers(kind, name string) string {
 	}
 	for _, s := range m.Sets {
 		for id, e := range s.Elements {
-			// A verdict is one value part ("goto c"), as parseElement
-			// reads it.
-			if chains, _ := refs(strings.Join(e.Value, " ")); slices.Contains(chains, name) {
+			if e.Verdict != nil && e.Verdict.Chain == name {
 				return "element " + id + " of " + s.Name
 			}
 		}
@@ -471,7 +432,7 @@ func (f *Fake) ListRules(_ context.Context, chain string) ([]*knftables.Rule, er
 	}
 	var out []*knftables.Rule
 	for i, r := range c.Rules {
-		out = append(out, &knftables.Rule{Chain: chain, Rule: r, Handle: knftables.PtrTo(i + 1)})
+		out = append(out, &knftables.Rule{Chain: chain, Rule: r.String(), Handle: knftables.PtrTo(i + 1)})
 	}
 	return out, nil
 }
@@ -487,7 +448,13 @@ func (f *Fake) ListElements(_ context.Context, _, name string) ([]*knftables.Ele
 	var out []*knftables.Element
 	for _, id := range slices.Sorted(maps.Keys(s.Elements)) {
 		e := s.Elements[id]
-		el := &knftables.Element{Key: e.Key, Value: e.Value}
+		el := &knftables.Element{Key: parts(e.Key)}
+		switch {
+		case e.Verdict != nil:
+			el.Value = []string{e.Verdict.String()}
+		case e.Data != nil:
+			el.Value = parts(e.Data)
+		}
 		if s.IsMap {
 			el.Map = name
 		} else {
@@ -496,6 +463,15 @@ func (f *Fake) ListElements(_ context.Context, _, name string) ([]*knftables.Ele
 		out = append(out, el)
 	}
 	return out, nil
+}
+
+// parts writes each value of k.
+func parts(k nft.Key) []string {
+	out := make([]string, len(k))
+	for i, v := range k {
+		out[i] = v.String()
+	}
+	return out
 }
 
 // notFound makes an error knftables.IsNotFound recognises (it looks for the
@@ -527,18 +503,13 @@ func (m *Model) Dump() string {
 		}
 		fmt.Fprintf(&b, "%s %s %s\n", kind, n, s.Spec)
 		for _, id := range slices.Sorted(maps.Keys(s.Elements)) {
-			e := s.Elements[id]
-			if e.Value != nil {
-				fmt.Fprintf(&b, "\t%s : %s\n", id, strings.Join(e.Value, " . "))
-			} else {
-				fmt.Fprintf(&b, "\t%s\n", id)
-			}
+			fmt.Fprintf(&b, "\t%s\n", s.Elements[id])
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(m.Chains)) {
 		c := m.Chains[n]
 		fmt.Fprintf(&b, "chain %s", n)
-		if c.Base != "" {
+		if c.Base != nil {
 			fmt.Fprintf(&b, " { %s }", c.Base)
 		}
 		b.WriteString("\n")

@@ -2,8 +2,8 @@ package model
 
 // Reading a table back from the kernel: `nft -j list table ip kproxy`
 // prints the table as JSON (libnftables' schema), and ParseJSON turns it
-// into the Model the tracer reads, with every rule written back in the text
-// form the renderer emits. The converter knows exactly the expression
+// into the Model the tracer reads, built as the typed values of package nft
+// (no text in between). The converter knows exactly the expression
 // shapes kproxy's rules are made of (matches on addresses, ports,
 // protocols, interfaces, fib types, the mark, ct state and status, numgen
 // and jhash, concatenations, named and anonymous sets; verdicts, vmaps,
@@ -25,20 +25,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kproxy/kproxy/platform/linux/nftables"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 	"sigs.k8s.io/knftables"
 )
-
-// OpaquePrefix starts the text of a rule the converter could not read (nft
-// would take the rest of the line as a comment; kproxy never writes one).
-const OpaquePrefix = "# "
-
-// Opaque returns the text standing for a rule that cannot be read.
-func Opaque(reason string) string { return OpaquePrefix + reason }
-
-// IsOpaque reports whether a rule's text stands for a rule that could not
-// be read.
-func IsOpaque(rule string) bool { return strings.HasPrefix(rule, OpaquePrefix) }
 
 // Unreadable is one object of a listed table the converter did not read:
 // a rule (Rule from 1) or another object kind kproxy never creates.
@@ -74,53 +63,34 @@ type jsonDoc struct {
 	Nftables []map[string]json.RawMessage `json:"nftables"`
 }
 
-type jsonTable struct {
-	Family  string `json:"family"`
-	Name    string `json:"name"`
-	Comment string `json:"comment"`
-}
-
-type jsonChain struct {
-	Family  string  `json:"family"`
-	Table   string  `json:"table"`
-	Name    string  `json:"name"`
-	Type    string  `json:"type"`
-	Hook    string  `json:"hook"`
-	Prio    *int    `json:"prio"`
-	Policy  string  `json:"policy"`
-	Dev     any     `json:"dev"`
-	Comment *string `json:"comment"`
-}
-
-type jsonRule struct {
-	Family  string            `json:"family"`
-	Table   string            `json:"table"`
-	Chain   string            `json:"chain"`
-	Expr    []json.RawMessage `json:"expr"`
-	Comment *string           `json:"comment"`
-}
-
-type jsonSet struct {
-	Family  string            `json:"family"`
-	Table   string            `json:"table"`
-	Name    string            `json:"name"`
-	Type    any               `json:"type"`
-	Map     any               `json:"map"`
-	Flags   []string          `json:"flags"`
-	Timeout *int              `json:"timeout"`
-	Elem    []json.RawMessage `json:"elem"`
-	Comment *string           `json:"comment"`
+// jsonObject is a table, chain, rule, set or map of the listing: the
+// fields of all of them.
+type jsonObject struct {
+	Family, Table, Name string
+	Comment             *string
+	// A chain's; Type is a set's key type(s) too.
+	Type   any
+	Hook   string
+	Prio   *int
+	Policy string
+	Dev    any
+	// A rule's.
+	Chain string
+	Expr  []json.RawMessage
+	// A set's or map's.
+	Map     any
+	Flags   []string
+	Timeout *int
+	Elem    []json.RawMessage
 }
 
 // ParseJSON reads the output of `nft -j list table FAMILY NAME` (or of
-// `nft -j list ruleset`: only that table is read) into a Model. Rules are
-// written back as the renderer writes them (Dump and the tracer read the
-// same text for a table the Fake holds and the same table read back), with
-// one exception: nft lists the elements of an anonymous set of addresses
-// sorted and merged, so such a set's text may differ from the renderer's
-// while matching the same addresses (SameRule compares them so). An
-// element or set the converter cannot read is an error: they hold data the
-// tracer needs.
+// `nft -j list ruleset`: only that table is read) into a Model of typed
+// rules and elements. They are the values the Fake reads from the
+// renderer's text for the same table, with one exception: nft lists the
+// members of an anonymous set of addresses sorted and merged (SameRule
+// compares them as the addresses they cover). An element or set the
+// converter cannot read is an error: they hold data the tracer needs.
 func ParseJSON(fam knftables.Family, table string, data []byte) (*Listing, error) {
 	var doc jsonDoc
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -135,92 +105,66 @@ func ParseJSON(fam knftables.Family, table string, data []byte) (*Listing, error
 		return nil, fmt.Errorf("family %q: only ip and ip6 tables are read", fam)
 	}
 	out := &Listing{}
-	mine := func(f, t string) bool { return f == string(fam) && t == table }
 	var m *Model
 	for _, obj := range doc.Nftables {
 		for kind, raw := range obj {
+			if kind == "metainfo" {
+				continue
+			}
+			var o jsonObject
+			if err := json.Unmarshal(raw, &o); err != nil {
+				return nil, fmt.Errorf("%s: %w", kind, err)
+			}
+			if kind == "table" {
+				if o.Family == string(fam) && o.Name == table {
+					m = &Model{Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
+					if o.Comment != nil {
+						m.Comment = *o.Comment
+					}
+				}
+				continue
+			}
+			if o.Family != string(fam) || o.Table != table {
+				continue
+			}
+			if m == nil {
+				return nil, fmt.Errorf("%s %s listed before its table", kind, o.Name)
+			}
 			switch kind {
-			case "metainfo":
-			case "table":
-				var t jsonTable
-				if err := json.Unmarshal(raw, &t); err != nil {
-					return nil, fmt.Errorf("table: %w", err)
-				}
-				if mine(t.Family, t.Name) {
-					m = &Model{Comment: t.Comment, Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
-				}
 			case "chain":
-				var ch jsonChain
-				if err := json.Unmarshal(raw, &ch); err != nil {
-					return nil, fmt.Errorf("chain: %w", err)
-				}
-				if !mine(ch.Family, ch.Table) {
-					continue
-				}
-				if m == nil {
-					return nil, fmt.Errorf("chain %s listed before its table", ch.Name)
-				}
-				base, err := ch.base()
+				base, err := o.base()
 				if err != nil {
-					return nil, fmt.Errorf("chain %s: %w", ch.Name, err)
+					return nil, fmt.Errorf("chain %s: %w", o.Name, err)
 				}
-				m.Chains[ch.Name] = &Chain{Name: ch.Name, Base: base}
+				m.Chains[o.Name] = &Chain{Name: o.Name, Base: base}
 			case "rule":
-				var r jsonRule
-				if err := json.Unmarshal(raw, &r); err != nil {
-					return nil, fmt.Errorf("rule: %w", err)
-				}
-				if !mine(r.Family, r.Table) {
-					continue
-				}
-				ch := m.chain(r.Chain)
+				ch := m.Chains[o.Chain]
 				if ch == nil {
-					return nil, fmt.Errorf("rule of chain %s listed before its chain", r.Chain)
+					return nil, fmt.Errorf("rule of chain %s listed before its chain", o.Chain)
 				}
-				text, err := c.rule(r)
+				rule, err := c.rule(o)
 				if err != nil {
-					out.Unreadable = append(out.Unreadable, Unreadable{Chain: r.Chain, Rule: len(ch.Rules) + 1,
+					out.Unreadable = append(out.Unreadable, Unreadable{Chain: o.Chain, Rule: len(ch.Rules) + 1,
 						Reason: err.Error(), JSON: compact(raw)})
-					text = Opaque("not read: " + err.Error())
+					rule = Opaque("not read: " + err.Error())
 				}
-				ch.Rules = append(ch.Rules, text)
+				ch.Rules = append(ch.Rules, rule)
 			case "set", "map":
-				var s jsonSet
-				if err := json.Unmarshal(raw, &s); err != nil {
-					return nil, fmt.Errorf("%s: %w", kind, err)
-				}
-				if !mine(s.Family, s.Table) {
-					continue
-				}
-				if m == nil {
-					return nil, fmt.Errorf("%s %s listed before its table", kind, s.Name)
-				}
-				set, err := c.set(kind == "map", s)
+				set, err := c.set(kind == "map", o)
 				if err != nil {
-					return nil, fmt.Errorf("%s %s: %w", kind, s.Name, err)
+					return nil, fmt.Errorf("%s %s: %w", kind, o.Name, err)
 				}
-				m.Sets[s.Name] = set
+				m.Sets[o.Name] = set
 			default:
 				// Objects kproxy never creates (counters, quotas,
 				// flowtables, ct helpers...): reported, not read.
-				var hdr struct{ Family, Table, Name string }
-				_ = json.Unmarshal(raw, &hdr)
-				if mine(hdr.Family, hdr.Table) {
-					out.Unreadable = append(out.Unreadable, Unreadable{What: kind + " " + hdr.Name,
-						Reason: "an object kproxy does not create", JSON: compact(raw)})
-				}
+				out.Unreadable = append(out.Unreadable, Unreadable{What: kind + " " + o.Name,
+					Reason: "an object kproxy does not create", JSON: compact(raw)})
 			}
 		}
 	}
 	out.Model = m
 	return out, nil
-}
-
-func (m *Model) chain(name string) *Chain {
-	if m == nil {
-		return nil
-	}
-	return m.Chains[name]
 }
 
 func compact(raw json.RawMessage) string {
@@ -231,57 +175,48 @@ func compact(raw json.RawMessage) string {
 	return b.String()
 }
 
-// base renders a base chain's spec as the Fake records it ("type nat hook
-// prerouting priority -100"; "; policy drop" when not accept).
-func (ch jsonChain) base() (string, error) {
-	if ch.Hook == "" && ch.Type == "" {
-		return "", nil
+// base reads a base chain's spec (nil for a regular chain).
+func (o jsonObject) base() (*nft.BaseChain, error) {
+	typ, _ := o.Type.(string)
+	if o.Hook == "" && o.Type == nil {
+		return nil, nil
 	}
-	if ch.Dev != nil {
-		return "", errors.New("a chain bound to a device is not read")
+	if o.Dev != nil {
+		return nil, errors.New("a chain bound to a device is not read")
 	}
-	if ch.Type == "" || ch.Hook == "" || ch.Prio == nil {
-		return "", fmt.Errorf("base chain with type %q hook %q: want a type, a hook and a priority", ch.Type, ch.Hook)
+	if typ == "" || o.Hook == "" || o.Prio == nil {
+		return nil, fmt.Errorf("base chain with type %v hook %q: want a type, a hook and a priority", o.Type, o.Hook)
 	}
-	s := fmt.Sprintf("type %s hook %s priority %d", ch.Type, ch.Hook, *ch.Prio)
-	switch ch.Policy {
-	case "", "accept":
-	default:
-		s += " ; policy " + ch.Policy
+	b := &nft.BaseChain{Type: typ, Hook: o.Hook, Priority: *o.Prio}
+	if o.Policy != "accept" {
+		b.Policy = o.Policy
 	}
-	return s, nil
+	return b, nil
 }
 
-// conv converts expressions of one family's table.
+// conv converts the expressions of one family's table.
 type conv struct {
 	ip string // "ip" or "ip6"
 }
 
-// rule converts one rule's expression list, then checks that the tracer
-// reads the text back (a shape converted but not modelled is unreadable
-// too).
-func (c *conv) rule(r jsonRule) (string, error) {
+// rule converts one rule's expression list, then checks it as the tracer
+// does (a shape converted but not modelled is unreadable too).
+func (c *conv) rule(r jsonObject) (nft.Rule, error) {
 	if r.Comment != nil {
-		return "", errors.New("a rule with a comment (kproxy writes none)")
+		return nil, errors.New("a rule with a comment (kproxy writes none)")
 	}
-	var parts []string
+	var rule nft.Rule
 	for _, raw := range r.Expr {
-		s, err := c.stmt(raw)
+		sts, err := c.stmt(raw)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		if s != "" {
-			parts = append(parts, s)
-		}
+		rule = append(rule, sts...)
 	}
-	if len(parts) == 0 {
-		return "", errors.New("an empty rule")
+	if err := checkRule(c.ip, rule); err != nil {
+		return nil, fmt.Errorf("read as %q, which the tracer does not model: %w", rule, err)
 	}
-	text := strings.Join(parts, " ")
-	if _, err := (&Tracer{ip: c.ip}).parseRule(text); err != nil {
-		return "", fmt.Errorf("read as %q, which the tracer does not model: %w", text, err)
-	}
-	return text, nil
+	return rule, nil
 }
 
 // one splits a JSON object of one key.
@@ -301,134 +236,6 @@ func one(raw json.RawMessage) (string, json.RawMessage, error) {
 
 func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
 
-// stmt converts one statement of a rule.
-func (c *conv) stmt(raw json.RawMessage) (string, error) {
-	k, v, err := one(raw)
-	if err != nil {
-		return "", err
-	}
-	switch k {
-	case "match":
-		return c.match(v)
-	case "accept", "drop", "return", "continue":
-		if !isNull(v) {
-			return "", fmt.Errorf("verdict %s with arguments", k)
-		}
-		if k == "continue" {
-			return "", errors.New("verdict continue is not one kproxy writes")
-		}
-		return k, nil
-	case "jump", "goto":
-		var t struct {
-			Target string `json:"target"`
-		}
-		if err := json.Unmarshal(v, &t); err != nil || t.Target == "" {
-			return "", fmt.Errorf("%s %s: want a target", k, compact(v))
-		}
-		return k + " " + t.Target, nil
-	case "vmap":
-		var vm struct {
-			Key  json.RawMessage `json:"key"`
-			Data json.RawMessage `json:"data"`
-		}
-		if err := json.Unmarshal(v, &vm); err != nil {
-			return "", err
-		}
-		key, err := c.expr(vm.Key)
-		if err != nil {
-			return "", err
-		}
-		data, err := namedSet(vm.Data)
-		if err != nil {
-			return "", fmt.Errorf("vmap: %w (only named maps are read)", err)
-		}
-		return key + " vmap " + data, nil
-	case "mangle":
-		var mg struct {
-			Key   json.RawMessage `json:"key"`
-			Value json.RawMessage `json:"value"`
-		}
-		if err := json.Unmarshal(v, &mg); err != nil {
-			return "", err
-		}
-		key, err := c.expr(mg.Key)
-		if err != nil {
-			return "", err
-		}
-		if key != "meta mark" {
-			return "", fmt.Errorf("setting %s (kproxy sets only the mark)", key)
-		}
-		val, err := c.markValue(mg.Value)
-		if err != nil {
-			return "", err
-		}
-		return "meta mark set " + val, nil
-	case "set":
-		var su struct {
-			Op   string          `json:"op"`
-			Elem json.RawMessage `json:"elem"`
-			Set  json.RawMessage `json:"set"`
-		}
-		if err := json.Unmarshal(v, &su); err != nil {
-			return "", err
-		}
-		if su.Op != "update" {
-			return "", fmt.Errorf("set %s (kproxy only updates)", su.Op)
-		}
-		el, err := c.expr(su.Elem)
-		if err != nil {
-			return "", err
-		}
-		s, err := namedSet(su.Set)
-		if err != nil {
-			return "", err
-		}
-		return "update " + s + " { " + el + " }", nil
-	case "masquerade":
-		if isNull(v) {
-			return "masquerade", nil
-		}
-		var mq struct {
-			Flags any `json:"flags"`
-		}
-		if err := strictUnmarshal(v, &mq); err != nil {
-			return "", fmt.Errorf("masquerade %s: %w", compact(v), err)
-		}
-		flags, err := stringList(mq.Flags)
-		if err != nil {
-			return "", err
-		}
-		if !slices.Equal(flags, []string{"fully-random"}) && len(flags) > 0 {
-			return "", fmt.Errorf("masquerade flags %v (kproxy writes fully-random only)", flags)
-		}
-		return strings.Join(append([]string{"masquerade"}, flags...), " "), nil
-	case "reject":
-		if isNull(v) {
-			return "reject", nil
-		}
-		var rj struct {
-			Type string `json:"type"`
-			Expr string `json:"expr"`
-		}
-		if err := strictUnmarshal(v, &rj); err != nil {
-			return "", fmt.Errorf("reject %s: %w", compact(v), err)
-		}
-		switch {
-		case rj.Type == "tcp reset" && rj.Expr == "":
-			// nft leaves out the "meta l4proto tcp" match the reset
-			// needs (and the renderer writes).
-			return "meta l4proto tcp reject with tcp reset", nil
-		case rj.Expr == "port-unreachable" && (rj.Type == "icmp" && c.ip == "ip" || rj.Type == "icmpv6" && c.ip == "ip6" || rj.Type == "icmpx"):
-			// The default of a plain "reject" in this family.
-			return "reject", nil
-		}
-		return "", fmt.Errorf("reject %s (kproxy rejects with tcp reset or the default)", compact(v))
-	case "dnat":
-		return c.dnat(v)
-	}
-	return "", fmt.Errorf("statement %q is not one kproxy writes", k)
-}
-
 // strictUnmarshal decodes, refusing unknown fields.
 func strictUnmarshal(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -437,63 +244,165 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 	return dec.Decode(v)
 }
 
-func stringList(v any) ([]string, error) {
-	switch x := v.(type) {
-	case nil:
-		return nil, nil
-	case string:
-		return []string{x}, nil
-	case []any:
-		var out []string
-		for _, e := range x {
-			s, ok := e.(string)
-			if !ok {
-				return nil, fmt.Errorf("flag %v: want a string", e)
-			}
-			out = append(out, s)
-		}
-		return out, nil
+// stmt converts one statement of a rule (a tcp reset into two: nft lists
+// it without the protocol match it depends on).
+func (c *conv) stmt(raw json.RawMessage) ([]nft.Stmt, error) {
+	k, v, err := one(raw)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("flags %v: want strings", v)
+	switch k {
+	case "match":
+		m, err := c.match(v)
+		return []nft.Stmt{m}, err
+	case "accept", "drop", "return", "jump", "goto":
+		vd, err := verdict(k, v)
+		return []nft.Stmt{vd}, err
+	case "vmap":
+		var vm struct{ Key, Data json.RawMessage }
+		if err := json.Unmarshal(v, &vm); err != nil {
+			return nil, err
+		}
+		key, err := c.exprs(vm.Key)
+		if err != nil {
+			return nil, err
+		}
+		m, err := namedSet(vm.Data)
+		if err != nil {
+			return nil, fmt.Errorf("vmap: %w (only named maps are read)", err)
+		}
+		return []nft.Stmt{&nft.VMap{Key: key, Map: m}}, nil
+	case "mangle":
+		var mg struct{ Key, Value json.RawMessage }
+		if err := json.Unmarshal(v, &mg); err != nil {
+			return nil, err
+		}
+		if !c.isMark(mg.Key) {
+			return nil, fmt.Errorf("setting %s (kproxy sets only the mark)", compact(mg.Key))
+		}
+		ms, err := c.markSet(mg.Value)
+		return []nft.Stmt{ms}, err
+	case "set":
+		var su struct {
+			Op        string
+			Elem, Set json.RawMessage
+		}
+		if err := json.Unmarshal(v, &su); err != nil {
+			return nil, err
+		}
+		if su.Op != "update" {
+			return nil, fmt.Errorf("set %s (kproxy only updates)", su.Op)
+		}
+		key, err := c.expr(su.Elem)
+		if err != nil {
+			return nil, err
+		}
+		s, err := namedSet(su.Set)
+		return []nft.Stmt{&nft.Update{Set: s, Key: key}}, err
+	case "masquerade":
+		var mq struct {
+			Flags any `json:"flags"`
+		}
+		if !isNull(v) {
+			if err := strictUnmarshal(v, &mq); err != nil {
+				return nil, fmt.Errorf("masquerade %s: %w", compact(v), err)
+			}
+		}
+		flags, err := names(mq.Flags)
+		if err != nil {
+			return nil, err
+		}
+		if len(flags) > 0 && !slices.Equal(flags, []string{"fully-random"}) {
+			return nil, fmt.Errorf("masquerade flags %v (kproxy writes fully-random only)", flags)
+		}
+		return []nft.Stmt{&nft.Masquerade{Flags: flags}}, nil
+	case "reject":
+		var rj struct {
+			Type string `json:"type"`
+			Expr string `json:"expr"`
+		}
+		if !isNull(v) {
+			if err := strictUnmarshal(v, &rj); err != nil {
+				return nil, fmt.Errorf("reject %s: %w", compact(v), err)
+			}
+		}
+		switch {
+		case isNull(v), rj.Expr == "port-unreachable" && (rj.Type == "icmp" && c.ip == "ip" || rj.Type == "icmpv6" && c.ip == "ip6" || rj.Type == "icmpx"):
+			// The default of a plain "reject" in this family.
+			return []nft.Stmt{&nft.Reject{}}, nil
+		case rj.Type == "tcp reset" && rj.Expr == "":
+			// nft leaves out the "meta l4proto tcp" match the reset
+			// needs (and the renderer writes).
+			tcp, _ := nft.Proto("tcp")
+			return []nft.Stmt{&nft.Match{Left: []nft.Expr{&nft.Meta{Key: "l4proto"}}, Right: []nft.Key{{tcp}}},
+				&nft.Reject{With: "tcp reset"}}, nil
+		}
+		return nil, fmt.Errorf("reject %s (kproxy rejects with tcp reset or the default)", compact(v))
+	case "dnat":
+		d, err := c.dnat(v)
+		return []nft.Stmt{d}, err
+	}
+	return nil, fmt.Errorf("statement %q is not one kproxy writes", k)
 }
 
+// verdict reads a verdict of kind k ("jump" and "goto" with a target).
+func verdict(k string, v json.RawMessage) (*nft.Verdict, error) {
+	switch k {
+	case "accept", "drop", "return":
+		if !isNull(v) {
+			return nil, fmt.Errorf("verdict %s with arguments", k)
+		}
+		return &nft.Verdict{Kind: k}, nil
+	case "jump", "goto":
+		var t struct {
+			Target string `json:"target"`
+		}
+		if err := json.Unmarshal(v, &t); err != nil || t.Target == "" {
+			return nil, fmt.Errorf("%s %s: want a target", k, compact(v))
+		}
+		return &nft.Verdict{Kind: k, Chain: t.Target}, nil
+	}
+	return nil, fmt.Errorf("verdict %s is not one kproxy writes", k)
+}
+
+// namedSet reads "@name".
 func namedSet(raw json.RawMessage) (string, error) {
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil || !strings.HasPrefix(s, "@") {
+	if err := json.Unmarshal(raw, &s); err != nil || !strings.HasPrefix(s, "@") || len(s) == 1 {
 		return "", fmt.Errorf("%s: want a named set (@name)", compact(raw))
 	}
-	return s, nil
+	return s[1:], nil
 }
 
-// markValue reads "meta mark | 0x4000" (or ^, &) or a constant.
-func (c *conv) markValue(raw json.RawMessage) (string, error) {
+func (c *conv) isMark(raw json.RawMessage) bool {
+	e, err := c.expr(raw)
+	m, ok := e.(*nft.Meta)
+	return err == nil && ok && m.Key == "mark"
+}
+
+// markSet reads the value the mark is set to: "meta mark | 0x4000" (or ^,
+// &) or a constant.
+func (c *conv) markSet(raw json.RawMessage) (*nft.MarkSet, error) {
 	if n, ok := number(raw); ok {
-		return hex32(n), nil
+		return &nft.MarkSet{Val: nft.Hex32(uint32(n))}, nil
 	}
 	k, v, err := one(raw)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	switch k {
-	case "|", "^", "&":
-		var args []json.RawMessage
-		if err := json.Unmarshal(v, &args); err != nil || len(args) != 2 {
-			return "", fmt.Errorf("%s %s: want two operands", k, compact(v))
-		}
-		left, err := c.expr(args[0])
-		if err != nil {
-			return "", err
-		}
-		n, ok := number(args[1])
-		if left != "meta mark" || !ok {
-			return "", fmt.Errorf("meta mark set %s %s %s: kproxy combines the mark with a constant", left, k, compact(args[1]))
-		}
-		return "meta mark " + k + " " + hex32(n), nil
+	var args []json.RawMessage
+	if k != "|" && k != "^" && k != "&" {
+		return nil, fmt.Errorf("meta mark set %s: not a form kproxy writes", compact(raw))
 	}
-	return "", fmt.Errorf("meta mark set %s: not a form kproxy writes", compact(raw))
+	if err := json.Unmarshal(v, &args); err != nil || len(args) != 2 {
+		return nil, fmt.Errorf("%s %s: want two operands", k, compact(v))
+	}
+	n, ok := number(args[1])
+	if !c.isMark(args[0]) || !ok {
+		return nil, fmt.Errorf("meta mark set %s: kproxy combines the mark with a constant", compact(raw))
+	}
+	return &nft.MarkSet{Op: k, Val: nft.Hex32(uint32(n))}, nil
 }
-
-func hex32(n uint64) string { return fmt.Sprintf("0x%08x", n) }
 
 // number reads a number. nft prints 32-bit values of bit 31 set as signed
 // ("numgen random mod 2147483648" lists as mod -2147483648): those are read
@@ -522,363 +431,310 @@ func (u *u32) UnmarshalJSON(b []byte) error {
 }
 
 // dnat reads "dnat ip to ADDR[:PORT]" and "dnat ip to KEY map @m".
-func (c *conv) dnat(raw json.RawMessage) (string, error) {
+func (c *conv) dnat(raw json.RawMessage) (*nft.DNAT, error) {
 	var d struct {
 		Family string          `json:"family"`
 		Addr   json.RawMessage `json:"addr"`
 		Port   json.RawMessage `json:"port"`
 	}
 	if err := strictUnmarshal(raw, &d); err != nil {
-		return "", fmt.Errorf("dnat %s: %w", compact(raw), err)
+		return nil, fmt.Errorf("dnat %s: %w", compact(raw), err)
 	}
 	if d.Family != "" && d.Family != c.ip {
-		return "", fmt.Errorf("dnat %s in an %s table", d.Family, c.ip)
+		return nil, fmt.Errorf("dnat %s in an %s table", d.Family, c.ip)
 	}
+	out := &nft.DNAT{Family: c.ip}
 	var a string
 	if err := json.Unmarshal(d.Addr, &a); err == nil {
-		addr, err := netip.ParseAddr(a)
-		if err != nil {
-			return "", fmt.Errorf("dnat to %q: %w", a, err)
+		if out.Addr, err = netip.ParseAddr(a); err != nil {
+			return nil, fmt.Errorf("dnat to %q: %w", a, err)
 		}
 		if isNull(d.Port) {
-			return "dnat " + c.ip + " to " + addr.String(), nil
+			return out, nil
 		}
 		port, ok := number(d.Port)
-		if !ok || port > 65535 {
-			return "", fmt.Errorf("dnat port %s: want a number", compact(d.Port))
+		if !ok || port == 0 || port > 65535 {
+			return nil, fmt.Errorf("dnat port %s: want a number", compact(d.Port))
 		}
-		return "dnat " + c.ip + " to " + netip.AddrPortFrom(addr, uint16(port)).String(), nil
+		out.Port = uint16(port)
+		return out, nil
 	}
 	if !isNull(d.Port) {
-		return "", errors.New("dnat through a map with a port: not a form kproxy writes")
+		return nil, errors.New("dnat through a map with a port: not a form kproxy writes")
 	}
 	k, v, err := one(d.Addr)
 	if err != nil || k != "map" {
-		return "", fmt.Errorf("dnat to %s: want an address or a map lookup", compact(d.Addr))
+		return nil, fmt.Errorf("dnat to %s: want an address or a map lookup", compact(d.Addr))
 	}
 	var mp struct {
 		Key  json.RawMessage `json:"key"`
 		Data json.RawMessage `json:"data"`
 	}
 	if err := strictUnmarshal(v, &mp); err != nil {
-		return "", err
+		return nil, err
 	}
-	key, err := c.expr(mp.Key)
-	if err != nil {
-		return "", err
+	if out.Key, err = c.exprs(mp.Key); err != nil {
+		return nil, err
 	}
-	m, err := namedSet(mp.Data)
-	if err != nil {
-		return "", fmt.Errorf("dnat map: %w", err)
+	if out.Map, err = namedSet(mp.Data); err != nil {
+		return nil, fmt.Errorf("dnat map: %w", err)
 	}
-	return "dnat " + c.ip + " to " + key + " map " + m, nil
+	return out, nil
 }
 
 // match reads one comparison.
-func (c *conv) match(raw json.RawMessage) (string, error) {
+func (c *conv) match(raw json.RawMessage) (*nft.Match, error) {
 	var m struct {
 		Op    string          `json:"op"`
 		Left  json.RawMessage `json:"left"`
 		Right json.RawMessage `json:"right"`
 	}
 	if err := strictUnmarshal(raw, &m); err != nil {
-		return "", fmt.Errorf("match %s: %w", compact(raw), err)
+		return nil, fmt.Errorf("match %s: %w", compact(raw), err)
 	}
-	kind, left, masked, err := c.left(m.Left)
-	if err != nil {
-		return "", err
+	out := &nft.Match{}
+	left := m.Left
+	if k, v, err := one(m.Left); err == nil && k == "&" {
+		// A masked expression ("meta mark & 0x4000").
+		var args []json.RawMessage
+		if err := json.Unmarshal(v, &args); err != nil || len(args) != 2 {
+			return nil, fmt.Errorf("& %s: want two operands", compact(v))
+		}
+		left = args[0]
+		e, err := c.expr(left)
+		if err != nil {
+			return nil, err
+		}
+		mask, err := c.value(e.Type(), args[1])
+		if err != nil {
+			return nil, err
+		}
+		out.Mask = &mask
 	}
-	right, err := c.value(kind, m.Right)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", left, err)
+	var err error
+	if out.Left, err = c.exprs(left); err != nil {
+		return nil, err
+	}
+	typ := out.Left[0].Type()
+	if err := c.right(out, typ, m.Right); err != nil {
+		return nil, fmt.Errorf("%s: %w", nft.Concat(out.Left), err)
 	}
 	switch m.Op {
 	case "==":
-		if masked {
-			return left + " == " + right, nil
+		if out.Mask != nil {
+			out.Op = nft.OpEq
 		}
-		return left + " " + right, nil
 	case "in":
 		// A flag of a bitmask (ct state, ct status), as nft prints it.
-		if kind != "ctstate" && kind != "ctstatus" {
-			return "", fmt.Errorf("%s in %s: not a form kproxy writes", left, right)
+		if typ != nft.TypeCTState && typ != nft.TypeCTStatus {
+			return nil, fmt.Errorf("%s in ...: not a form kproxy writes", nft.Concat(out.Left))
 		}
-		return left + " " + right, nil
 	case "!":
 		// "ct status & dnat == 0", which nft prints as "ct status ! dnat".
-		if kind != "ctstatus" {
-			return "", fmt.Errorf("%s ! %s: not a form kproxy writes", left, right)
+		if typ != nft.TypeCTStatus || out.Mask != nil || out.Anon || out.Set != "" {
+			return nil, fmt.Errorf("%s ! ...: not a form kproxy writes", nft.Concat(out.Left))
 		}
-		return left + " & " + right + " == 0", nil
+		out.Mask, out.Op, out.Right = &out.Right[0][0], nft.OpEq, []nft.Key{{nft.Num(0)}}
 	case "!=", "<", "<=", ">", ">=":
-		return left + " " + m.Op + " " + right, nil
+		out.Op = nft.Op(m.Op)
+	default:
+		return nil, fmt.Errorf("operator %q is not one kproxy writes", m.Op)
 	}
-	return "", fmt.Errorf("operator %q is not one kproxy writes", m.Op)
+	return out, nil
 }
 
-// left reads the left side of a match: an expression, or one masked with
-// & ("meta mark & 0x4000"). kind says how its constants are written.
-func (c *conv) left(raw json.RawMessage) (kind, text string, masked bool, err error) {
-	k, v, err := one(raw)
-	if err != nil {
-		return "", "", false, err
+// right reads the right side of match m, whose expression yields typ: a
+// named set, an anonymous set, or one constant.
+func (c *conv) right(m *nft.Match, typ nft.Type, raw json.RawMessage) error {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && strings.HasPrefix(s, "@") {
+		var err error
+		m.Set, err = namedSet(raw)
+		return err
 	}
-	if k == "&" {
-		var args []json.RawMessage
-		if err := json.Unmarshal(v, &args); err != nil || len(args) != 2 {
-			return "", "", false, fmt.Errorf("& %s: want two operands", compact(v))
+	var members []json.RawMessage
+	if k, v, err := one(raw); err == nil && k == "set" {
+		if err := json.Unmarshal(v, &members); err != nil || len(members) == 0 {
+			return fmt.Errorf("set %s: want elements", compact(v))
 		}
-		kind, text, _, err := c.left(args[0])
+		m.Anon = true
+	} else {
+		members = []json.RawMessage{raw}
+	}
+	if len(m.Left) > 1 {
+		return fmt.Errorf("%s: a concatenation compared with constants is not read", compact(raw))
+	}
+	for _, e := range members {
+		if k, v, err := one(e); err == nil && (k == "prefix" || k == "range") {
+			if typ != nft.TypeAddr {
+				return fmt.Errorf("%s of %s: only addresses", k, compact(e))
+			}
+			ps, err := prefixes(k, v)
+			if err != nil {
+				return err
+			}
+			for _, p := range ps {
+				m.Right = append(m.Right, nft.Key{p})
+			}
+			continue
+		}
+		v, err := c.value(typ, e)
 		if err != nil {
-			return "", "", false, err
+			return err
 		}
-		if kind != "mark" && kind != "ctstatus" {
-			return "", "", false, fmt.Errorf("%s & ...: kproxy masks only the mark", text)
-		}
-		mask, err := c.value(kind, args[1])
-		if err != nil {
-			return "", "", false, err
-		}
-		return kind, text + " & " + mask, true, nil
+		m.Right = append(m.Right, nft.Key{v})
 	}
-	text, err = c.expr(raw)
-	if err != nil {
-		return "", "", false, err
+	// A range or several prefixes for one constant: nft's set of them.
+	if !m.Anon && len(m.Right) > 1 {
+		m.Anon = true
 	}
-	return c.kindOf(raw), text, false, nil
+	return nil
 }
 
-// kindOf names the kind of values an expression yields, for writing the
-// constants it is compared with.
-func (c *conv) kindOf(raw json.RawMessage) string {
+// exprs reads an expression or a concatenation.
+func (c *conv) exprs(raw json.RawMessage) ([]nft.Expr, error) {
 	k, v, err := one(raw)
-	if err != nil {
-		return ""
-	}
-	switch k {
-	case "meta":
-		var mt struct{ Key string }
-		_ = json.Unmarshal(v, &mt)
-		return mt.Key // l4proto, mark, iifname
-	case "ct":
-		var ct struct{ Key string }
-		_ = json.Unmarshal(v, &ct)
-		return "ct" + ct.Key
-	case "fib":
-		return "fib"
-	case "payload":
-		var p struct{ Protocol, Field string }
-		_ = json.Unmarshal(v, &p)
-		if p.Field == "saddr" || p.Field == "daddr" {
-			return "addr"
+	if err != nil || k != "concat" {
+		e, err := c.expr(raw)
+		if err != nil {
+			return nil, err
 		}
-		return "num"
-	case "concat":
-		return "concat"
+		return []nft.Expr{e}, nil
 	}
-	return "num"
+	var parts []json.RawMessage
+	if err := json.Unmarshal(v, &parts); err != nil || len(parts) < 2 {
+		return nil, fmt.Errorf("concat %s: want two parts or more", compact(v))
+	}
+	out := make([]nft.Expr, len(parts))
+	for i, p := range parts {
+		if out[i], err = c.expr(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // expr converts one expression that yields a value.
-func (c *conv) expr(raw json.RawMessage) (string, error) {
+func (c *conv) expr(raw json.RawMessage) (nft.Expr, error) {
 	k, v, err := one(raw)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	var e nft.Expr
 	switch k {
 	case "payload":
 		var p struct {
 			Protocol string `json:"protocol"`
 			Field    string `json:"field"`
 		}
-		if err := strictUnmarshal(v, &p); err != nil {
-			return "", fmt.Errorf("payload %s: %w", compact(v), err)
-		}
-		switch {
-		case (p.Protocol == "ip" || p.Protocol == "ip6") && (p.Field == "saddr" || p.Field == "daddr"):
-			if p.Protocol != c.ip {
-				return "", fmt.Errorf("%s %s in an %s table", p.Protocol, p.Field, c.ip)
-			}
-		case slices.Contains([]string{"th", "tcp", "udp", "sctp"}, p.Protocol) && (p.Field == "dport" || p.Field == "sport"):
-		default:
-			return "", fmt.Errorf("%s %s: not a header field kproxy reads", p.Protocol, p.Field)
-		}
-		return p.Protocol + " " + p.Field, nil
+		err = strictUnmarshal(v, &p)
+		e = &nft.Payload{Base: p.Protocol, Field: p.Field}
 	case "meta":
 		var mt struct {
 			Key string `json:"key"`
 		}
-		if err := strictUnmarshal(v, &mt); err != nil {
-			return "", fmt.Errorf("meta %s: %w", compact(v), err)
-		}
-		switch mt.Key {
-		case "l4proto", "mark":
-			return "meta " + mt.Key, nil
-		case "iifname", "oifname":
-			return mt.Key, nil
-		}
-		return "", fmt.Errorf("meta %s: not one kproxy reads", mt.Key)
+		err = strictUnmarshal(v, &mt)
+		e = &nft.Meta{Key: mt.Key}
 	case "ct":
 		var ct struct {
 			Key string `json:"key"`
 		}
-		if err := strictUnmarshal(v, &ct); err != nil {
-			return "", fmt.Errorf("ct %s: %w", compact(v), err)
-		}
-		if ct.Key != "state" && ct.Key != "status" {
-			return "", fmt.Errorf("ct %s: not one kproxy reads", ct.Key)
-		}
-		return "ct " + ct.Key, nil
+		err = strictUnmarshal(v, &ct)
+		e = &nft.CT{Key: ct.Key}
 	case "fib":
 		var f struct {
 			Result string   `json:"result"`
 			Flags  []string `json:"flags"`
 		}
-		if err := strictUnmarshal(v, &f); err != nil {
-			return "", fmt.Errorf("fib %s: %w", compact(v), err)
+		err = strictUnmarshal(v, &f)
+		if err == nil && (f.Result != "type" || len(f.Flags) != 1) {
+			err = errors.New("kproxy reads only the type of saddr or daddr")
 		}
-		if f.Result != "type" || len(f.Flags) != 1 || (f.Flags[0] != "saddr" && f.Flags[0] != "daddr") {
-			return "", fmt.Errorf("fib %s: kproxy reads only the type of saddr or daddr", compact(v))
-		}
-		return "fib " + f.Flags[0] + " type", nil
+		e = &nft.Fib{Addr: strings.Join(f.Flags, ",")}
 	case "numgen":
 		var n struct {
-			Mode   string `json:"mode"`
-			Mod    u32    `json:"mod"`
-			Offset u32    `json:"offset"`
+			Mode        string `json:"mode"`
+			Mod, Offset u32
 		}
-		if err := strictUnmarshal(v, &n); err != nil {
-			return "", fmt.Errorf("numgen %s: %w", compact(v), err)
-		}
-		if n.Mode != "random" && n.Mode != "inc" {
-			return "", fmt.Errorf("numgen %s", n.Mode)
-		}
-		s := fmt.Sprintf("numgen %s mod %d", n.Mode, n.Mod)
-		if n.Offset != 0 {
-			s += fmt.Sprintf(" offset %d", n.Offset)
-		}
-		return s, nil
+		err = strictUnmarshal(v, &n)
+		e = &nft.Numgen{Mode: n.Mode, Mod: uint64(n.Mod), Offset: uint64(n.Offset)}
 	case "jhash":
 		var j struct {
-			Mod    u32             `json:"mod"`
-			Seed   u32             `json:"seed"`
-			Offset u32             `json:"offset"`
-			Expr   json.RawMessage `json:"expr"`
+			Mod, Seed, Offset u32
+			Expr              json.RawMessage `json:"expr"`
 		}
-		if err := strictUnmarshal(v, &j); err != nil {
-			return "", fmt.Errorf("jhash %s: %w", compact(v), err)
-		}
-		of, err := c.expr(j.Expr)
-		if err != nil {
-			return "", err
-		}
-		s := fmt.Sprintf("jhash %s mod %d seed %s", of, j.Mod, hex32(uint64(j.Seed)))
-		if j.Offset != 0 {
-			s += fmt.Sprintf(" offset %d", j.Offset)
-		}
-		return s, nil
-	case "concat":
-		var parts []json.RawMessage
-		if err := json.Unmarshal(v, &parts); err != nil || len(parts) < 2 {
-			return "", fmt.Errorf("concat %s: want two parts or more", compact(v))
-		}
-		var out []string
-		for _, p := range parts {
-			s, err := c.expr(p)
-			if err != nil {
-				return "", err
+		if err = strictUnmarshal(v, &j); err == nil {
+			jh := &nft.Jhash{Mod: uint64(j.Mod), Seed: uint32(j.Seed), Offset: uint64(j.Offset)}
+			if jh.Of, err = c.expr(j.Expr); err != nil {
+				return nil, err
 			}
-			out = append(out, s)
+			e = jh
 		}
-		return strings.Join(out, " . "), nil
+	default:
+		return nil, fmt.Errorf("expression %q is not one kproxy reads", k)
 	}
-	return "", fmt.Errorf("expression %q is not one kproxy reads", k)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", k, compact(v), err)
+	}
+	if err := checkExpr(c.ip, e); err != nil {
+		if p, ok := e.(*nft.Payload); ok && (p.Field != "saddr" && p.Field != "daddr" || p.Base != "ip" && p.Base != "ip6") {
+			return nil, fmt.Errorf("%s: not a header field kproxy reads", p)
+		}
+		return nil, err
+	}
+	return e, nil
 }
 
-// value converts the right side of a match of a left side of kind.
-func (c *conv) value(kind string, raw json.RawMessage) (string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		switch {
-		case strings.HasPrefix(s, "@"):
-			return s, nil
-		case kind == "iifname" || kind == "oifname":
-			return strconv.Quote(s), nil
-		case kind == "addr":
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return "", fmt.Errorf("address %q: %w", s, err)
-			}
-			return a.String(), nil
-		case kind == "mark":
-			return "", fmt.Errorf("mark %q: want a number", s)
-		}
-		// Protocols, fib types, ct states and status flags: names.
-		if s == "" || strings.ContainsAny(s, " \t\"{}") {
-			return "", fmt.Errorf("value %q", s)
-		}
-		return s, nil
-	}
+// value converts one constant compared with an expression yielding typ.
+func (c *conv) value(typ nft.Type, raw json.RawMessage) (nft.Value, error) {
 	if n, ok := number(raw); ok {
-		if kind == "mark" {
-			// Masks are written in hex, comparisons with 0 as 0.
-			if n == 0 {
-				return "0", nil
-			}
-			return hex32(n), nil
+		switch {
+		case typ == nft.TypeMark && n != 0:
+			// Masks and marks are written in hex, comparisons with 0 as 0.
+			return nft.Hex32(uint32(n)), nil
+		case typ == nft.TypeAddr || typ == nft.TypeIface || typ == nft.TypeFibType || typ == nft.TypeCTState:
+			return nft.Value{}, fmt.Errorf("number %d: want a name or an address", n)
 		}
-		return strconv.FormatUint(n, 10), nil
+		return nft.Num(n), nil
 	}
-	k, v, err := one(raw)
-	if err != nil {
-		return "", err
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nft.Value{}, fmt.Errorf("value %s is not one kproxy writes", compact(raw))
 	}
-	switch k {
-	case "prefix", "range":
-		if kind != "addr" {
-			return "", fmt.Errorf("%s of %s: only addresses", k, kind)
-		}
-		ps, err := prefixes(k, v)
+	switch typ {
+	case nft.TypeIface:
+		return nft.Quoted(s), nil
+	case nft.TypeAddr:
+		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return "", err
+			return nft.Value{}, fmt.Errorf("address %q: %w", s, err)
 		}
-		if len(ps) == 1 {
-			return ps[0], nil
+		return nft.Addr(a), nil
+	case nft.TypeProto:
+		if v, ok := nft.Proto(s); ok {
+			return v, nil
 		}
-		return "{ " + strings.Join(ps, ", ") + " }", nil
-	case "set":
-		var elems []json.RawMessage
-		if err := json.Unmarshal(v, &elems); err != nil || len(elems) == 0 {
-			return "", fmt.Errorf("set %s: want elements", compact(v))
+	case nft.TypeCTStatus:
+		if v, ok := nft.CTStatus(s); ok {
+			return v, nil
 		}
-		var out []string
-		for _, e := range elems {
-			if kk, vv, err := one(e); err == nil && (kk == "prefix" || kk == "range") && kind == "addr" {
-				ps, err := prefixes(kk, vv)
-				if err != nil {
-					return "", err
-				}
-				out = append(out, ps...)
-				continue
-			}
-			s, err := c.value(kind, e)
-			if err != nil {
-				return "", err
-			}
-			if strings.HasPrefix(s, "@") || strings.HasPrefix(s, "{") {
-				return "", fmt.Errorf("set element %s", s)
-			}
-			out = append(out, s)
+	case nft.TypeFibType:
+		if slices.Contains(nft.FibTypes, s) {
+			return nft.Name(s), nil
 		}
-		return "{ " + strings.Join(out, ", ") + " }", nil
+	case nft.TypeCTState:
+		if slices.Contains(nft.CTStates, s) {
+			return nft.Name(s), nil
+		}
 	}
-	return "", fmt.Errorf("value %s is not one kproxy writes", compact(raw))
+	return nft.Value{}, fmt.Errorf("value %q is not one kproxy writes", s)
 }
 
 // prefixes reads {"prefix": {"addr", "len"}} or {"range": [a, b]} as
-// prefixes (a range as the fewest prefixes covering exactly it: nft merges
-// the elements of interval sets into ranges).
-func prefixes(kind string, raw json.RawMessage) ([]string, error) {
+// prefixes (a range as the fewest prefixes covering exactly it, a one
+// address prefix of a range as the address: nft merges the elements of
+// interval sets into ranges).
+func prefixes(kind string, raw json.RawMessage) ([]nft.Value, error) {
 	if kind == "prefix" {
 		var p struct {
 			Addr string `json:"addr"`
@@ -895,7 +751,7 @@ func prefixes(kind string, raw json.RawMessage) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []string{pfx.String()}, nil
+		return []nft.Value{nft.Prefix(pfx)}, nil
 	}
 	var r []string
 	if err := json.Unmarshal(raw, &r); err != nil || len(r) != 2 {
@@ -906,77 +762,68 @@ func prefixes(kind string, raw json.RawMessage) ([]string, error) {
 	if err1 != nil || err2 != nil || lo.Is4() != hi.Is4() || hi.Less(lo) {
 		return nil, fmt.Errorf("range %s", compact(raw))
 	}
-	var out []string
-	for _, p := range nftables.RangePrefixes(lo, hi) {
-		if p.IsSingleIP() {
-			out = append(out, p.Addr().String()) // as nft lists one address
-		} else {
-			out = append(out, p.String())
-		}
+	var out []nft.Value
+	for _, p := range RangePrefixes(lo, hi) {
+		out = append(out, prefixValue(p))
 	}
 	return out, nil
 }
 
-// set converts a set or map with its elements. The Spec records the
-// types and flags ("{ type ipv4_addr . inet_service : verdict ; }"); a
-// map declared with typeof lists its types in the kernel, so its Spec is
-// not the renderer's (SameSet compares what matters).
-func (c *conv) set(isMap bool, s jsonSet) (*Set, error) {
+// prefixValue is p as nft lists it: an address for a prefix of one.
+func prefixValue(p netip.Prefix) nft.Value {
+	if p.IsSingleIP() {
+		return nft.Addr(p.Addr())
+	}
+	return nft.Prefix(p)
+}
+
+// set converts a set or map with its elements. A map declared with typeof
+// lists its types in the kernel, so its Spec is not the renderer's.
+func (c *conv) set(isMap bool, s jsonObject) (*Set, error) {
 	if s.Comment != nil {
 		return nil, errors.New("a set with a comment (kproxy writes none)")
 	}
-	keyTypes, err := typeList(s.Type)
-	if err != nil {
-		return nil, err
+	var spec SetSpec
+	var err error
+	if spec.Key, err = names(s.Type); err != nil || spec.Key == nil {
+		return nil, fmt.Errorf("type %v: want a name or a list of names", s.Type)
 	}
-	spec := "{ type " + strings.Join(keyTypes, " . ")
-	verdictMap := false
 	if isMap {
-		vt, err := typeList(s.Map)
-		if err != nil {
-			return nil, err
+		if spec.Data, err = names(s.Map); err != nil || spec.Data == nil {
+			return nil, fmt.Errorf("map type %v: want a name or a list of names", s.Map)
 		}
-		spec += " : " + strings.Join(vt, " . ")
-		verdictMap = slices.Equal(vt, []string{"verdict"})
 	}
-	spec += " ;"
-	if len(s.Flags) > 0 {
-		spec += " flags " + strings.Join(s.Flags, ",") + " ;"
-	}
+	spec.Flags = s.Flags
 	if s.Timeout != nil {
-		spec += fmt.Sprintf(" timeout %ds ;", *s.Timeout)
+		spec.Timeout = fmt.Sprintf("%ds", *s.Timeout)
 	}
-	spec += " }"
-	out := &Set{Name: s.Name, IsMap: isMap, Spec: spec, Elements: map[string]Element{}}
+	out := &Set{Name: s.Name, IsMap: isMap, Spec: spec, Elements: map[string]nft.Elem{}}
 	for _, raw := range s.Elem {
-		var es []Element
+		var es []nft.Elem
+		keyRaw := raw
+		var pair []json.RawMessage
 		if isMap {
-			var pair []json.RawMessage
 			if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
 				return nil, fmt.Errorf("element %s: want [key, value]", compact(raw))
 			}
-			keys, err := c.elemKey(pair[0])
-			if err != nil {
-				return nil, err
-			}
-			val, err := c.elemValue(pair[1], verdictMap)
-			if err != nil {
-				return nil, fmt.Errorf("element %s: %w", compact(raw), err)
-			}
-			for _, k := range keys {
-				es = append(es, Element{Key: k, Value: val})
-			}
-		} else {
-			keys, err := c.elemKey(raw)
-			if err != nil {
-				return nil, err
-			}
-			for _, k := range keys {
-				es = append(es, Element{Key: k})
+			keyRaw = pair[0]
+		}
+		keys, err := elemKey(keyRaw)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			es = append(es, nft.Elem{Key: k})
+		}
+		if isMap {
+			for i := range es {
+				if err := elemValue(&es[i], pair[1], spec.IsVerdict()); err != nil {
+					return nil, fmt.Errorf("element %s: %w", compact(raw), err)
+				}
 			}
 		}
 		for _, e := range es {
-			id := strings.Join(e.Key, " . ")
+			id := ElemID(e.Key)
 			if _, dup := out.Elements[id]; dup {
 				return nil, fmt.Errorf("element %s listed twice", id)
 			}
@@ -986,27 +833,31 @@ func (c *conv) set(isMap bool, s jsonSet) (*Set, error) {
 	return out, nil
 }
 
-func typeList(v any) ([]string, error) {
+// names reads a name or a list of names (types: "ipv4_addr . inet_service"
+// is two; flags).
+func names(v any) ([]string, error) {
+	var out []string
 	switch x := v.(type) {
+	case nil:
+		return nil, nil
 	case string:
-		return []string{x}, nil
+		return strings.Split(x, " . "), nil
 	case []any:
-		var out []string
 		for _, e := range x {
 			s, ok := e.(string)
 			if !ok {
-				return nil, fmt.Errorf("type %v: want names", v)
+				return nil, fmt.Errorf("%v: want names", v)
 			}
-			out = append(out, s)
+			out = append(out, strings.Split(s, " . ")...)
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("type %v: want a name or a list of names (typeof with expressions is not read)", v)
+	return nil, fmt.Errorf("%v: want a name or a list of names (typeof with expressions is not read)", v)
 }
 
 // elemKey reads an element's key: one value, a concatenation, or a timed
 // element ({"elem": {"val": ...}}). A range becomes one key per prefix.
-func (c *conv) elemKey(raw json.RawMessage) ([][]string, error) {
+func elemKey(raw json.RawMessage) ([]nft.Key, error) {
 	if k, v, err := one(raw); err == nil {
 		switch k {
 		case "elem":
@@ -1018,13 +869,13 @@ func (c *conv) elemKey(raw json.RawMessage) ([][]string, error) {
 			if err := strictUnmarshal(v, &el); err != nil {
 				return nil, fmt.Errorf("element %s: %w", compact(raw), err)
 			}
-			return c.elemKey(el.Val)
+			return elemKey(el.Val)
 		case "concat":
 			var parts []json.RawMessage
 			if err := json.Unmarshal(v, &parts); err != nil {
 				return nil, err
 			}
-			var key []string
+			var key nft.Key
 			for _, p := range parts {
 				s, err := elemPart(p)
 				if err != nil {
@@ -1032,15 +883,15 @@ func (c *conv) elemKey(raw json.RawMessage) ([][]string, error) {
 				}
 				key = append(key, s)
 			}
-			return [][]string{key}, nil
-		case "prefix", "range":
+			return []nft.Key{key}, nil
+		case "range":
 			ps, err := prefixes(k, v)
 			if err != nil {
 				return nil, err
 			}
-			var out [][]string
+			var out []nft.Key
 			for _, p := range ps {
-				out = append(out, []string{p})
+				out = append(out, nft.Key{p})
 			}
 			return out, nil
 		}
@@ -1049,60 +900,51 @@ func (c *conv) elemKey(raw json.RawMessage) ([][]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("element %s: %w", compact(raw), err)
 	}
-	return [][]string{{s}}, nil
+	return []nft.Key{{s}}, nil
 }
 
-// elemPart reads one part of a key or value: an address, a name or a
-// number.
-func elemPart(raw json.RawMessage) (string, error) {
+// elemPart reads one part of a key or value: an address, a prefix, a
+// protocol or a number.
+func elemPart(raw json.RawMessage) (nft.Value, error) {
 	if n, ok := number(raw); ok {
-		return strconv.FormatUint(n, 10), nil
+		return nft.Num(n), nil
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err == nil && s != "" && !strings.ContainsAny(s, " \t\"{}") {
+	if err := json.Unmarshal(raw, &s); err == nil {
 		if a, err := netip.ParseAddr(s); err == nil {
-			return a.String(), nil
+			return nft.Addr(a), nil
 		}
-		return s, nil
+		if v, ok := nft.Proto(s); ok {
+			return v, nil
+		}
 	}
 	if k, v, err := one(raw); err == nil && k == "prefix" {
-		ps, err := prefixes(k, v)
-		if err == nil && len(ps) == 1 {
+		if ps, err := prefixes(k, v); err == nil {
 			return ps[0], nil
 		}
 	}
-	return "", fmt.Errorf("part %s: want an address, a name or a number", compact(raw))
+	return nft.Value{}, fmt.Errorf("part %s: want an address, a prefix, a protocol or a number", compact(raw))
 }
 
-// elemValue reads a map element's value: a verdict, or data.
-func (c *conv) elemValue(raw json.RawMessage, verdict bool) ([]string, error) {
-	if verdict {
+// elemValue reads a map element's value into e: a verdict, or data.
+func elemValue(e *nft.Elem, raw json.RawMessage, isVerdict bool) error {
+	if isVerdict {
 		k, v, err := one(raw)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		switch k {
-		case "accept", "drop", "return":
-			return []string{k}, nil
-		case "jump", "goto":
-			var t struct {
-				Target string `json:"target"`
-			}
-			if err := json.Unmarshal(v, &t); err != nil || t.Target == "" {
-				return nil, fmt.Errorf("%s %s: want a target", k, compact(v))
-			}
-			return []string{k + " " + t.Target}, nil
-		}
-		return nil, fmt.Errorf("verdict %s", compact(raw))
+		e.Verdict, err = verdict(k, v)
+		return err
 	}
-	keys, err := c.elemKey(raw)
+	keys, err := elemKey(raw)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(keys) != 1 {
-		return nil, errors.New("a range as a map's value")
+		return errors.New("a range as a map's value")
 	}
-	return keys[0], nil
+	e.Data = keys[0]
+	return nil
 }
 
 // ListedChain is a base chain of any table, as `nft -j list chains` lists
@@ -1126,14 +968,15 @@ func ParseChains(data []byte) ([]ListedChain, error) {
 		if !ok {
 			continue
 		}
-		var ch jsonChain
+		var ch jsonObject
 		if err := json.Unmarshal(raw, &ch); err != nil {
 			return nil, fmt.Errorf("chain: %w", err)
 		}
+		typ, _ := ch.Type.(string)
 		if ch.Hook == "" || ch.Prio == nil {
 			continue
 		}
-		out = append(out, ListedChain{Family: ch.Family, Table: ch.Table, Name: ch.Name, Type: ch.Type, Hook: ch.Hook, Priority: *ch.Prio})
+		out = append(out, ListedChain{Family: ch.Family, Table: ch.Table, Name: ch.Name, Type: typ, Hook: ch.Hook, Priority: *ch.Prio})
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	nftmodel "github.com/kproxy/kproxy/platform/linux/nftables/model"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 	"github.com/kproxy/kproxy/platform/linux/trace"
 
 	"github.com/kproxy/kproxy/platform/linux/nftables/nfttest"
@@ -110,7 +111,7 @@ func writeGz(t *testing.T, path string, data []byte) {
 
 // sameModel reports every difference between the table the Fake holds and
 // the one read back: chains, base chain specs, rules (by SameRule), sets,
-// their kind and elements.
+// their kind and elements (by SameElem).
 func sameModel(want, got *nftmodel.Model) []string {
 	var out []string
 	for _, n := range slices.Sorted(maps.Keys(want.Chains)) {
@@ -119,16 +120,16 @@ func sameModel(want, got *nftmodel.Model) []string {
 			out = append(out, "missing chain "+n)
 			continue
 		}
-		if w.Base != g.Base {
-			out = append(out, fmt.Sprintf("chain %s: base %q, want %q", n, g.Base, w.Base))
+		if (w.Base == nil) != (g.Base == nil) || (w.Base != nil && *w.Base != *g.Base) {
+			out = append(out, fmt.Sprintf("chain %s: base %v, want %v", n, g.Base, w.Base))
 		}
 		if len(w.Rules) != len(g.Rules) {
 			out = append(out, fmt.Sprintf("chain %s: %d rules, want %d:\n\t%s\nwant\n\t%s", n, len(g.Rules), len(w.Rules),
-				strings.Join(g.Rules, "\n\t"), strings.Join(w.Rules, "\n\t")))
+				ruleLines(g.Rules), ruleLines(w.Rules)))
 			continue
 		}
 		for i := range w.Rules {
-			if !nftables.SameRule(w.Rules[i], g.Rules[i]) {
+			if !nftmodel.SameRule(w.Rules[i], g.Rules[i]) {
 				out = append(out, fmt.Sprintf("chain %s rule %d:\n\tread  %s\n\twant  %s", n, i+1, g.Rules[i], w.Rules[i]))
 			}
 		}
@@ -144,12 +145,10 @@ func sameModel(want, got *nftmodel.Model) []string {
 			out = append(out, "missing set "+n)
 			continue
 		}
-		if w.IsMap != g.IsMap || strings.Contains(w.Spec, ": verdict") != strings.Contains(g.Spec, ": verdict") {
-			out = append(out, fmt.Sprintf("set %s: spec %q, want %q", n, g.Spec, w.Spec))
+		if w.IsMap != g.IsMap || w.IsVerdictMap() != g.IsVerdictMap() {
+			out = append(out, fmt.Sprintf("set %s: spec %s, want %s", n, g.Spec, w.Spec))
 		}
-		if !maps.EqualFunc(w.Elements, g.Elements, func(a, b nftmodel.Element) bool {
-			return slices.Equal(a.Key, b.Key) && slices.Equal(a.Value, b.Value)
-		}) {
+		if !maps.EqualFunc(w.Elements, g.Elements, nftmodel.SameElem) {
 			out = append(out, fmt.Sprintf("set %s: elements %v, want %v", n, g.Elements, w.Elements))
 		}
 	}
@@ -159,6 +158,14 @@ func sameModel(want, got *nftmodel.Model) []string {
 		}
 	}
 	return out
+}
+
+func ruleLines(rs []nft.Rule) string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return strings.Join(out, "\n\t")
 }
 
 // TestParseJSON reads back what the kernel listed (nft -j list table,
@@ -226,16 +233,13 @@ func compareTraces(t *testing.T, fa famAddrs, tc traceConfig, want, got *nftmode
 	h := trace.Host{LocalAddrs: []netip.Addr{fa.node, fa.loopback}}
 	n := 0
 	for _, s := range want.Sets[nftables.MapFrontends].Elements {
-		dst, _ := netip.ParseAddr(s.Key[0])
-		port := s.Key[2]
-		var dport uint16
-		fmt.Sscan(port, &dport)
+		dst, dport := s.Key[0].Addr, uint16(s.Key[2].Num)
 		if dport == 0 {
 			continue
 		}
 		for _, src := range []trace.Packet{{Src: fa.pod, InIface: tc.iface}, {Src: fa.outside, InIface: "eth0"}, {Src: fa.inRange, InIface: "eth0"}, {Src: fa.node, Local: true}} {
 			p := src
-			p.Dst, p.DstPort, p.Proto, p.SrcPort = dst, dport, s.Key[1], 40000
+			p.Dst, p.DstPort, p.Proto, p.SrcPort = dst, dport, s.Key[1].String(), 40000
 			ow, err := tw.Trace(h, p)
 			if err != nil {
 				t.Fatal(err)
@@ -283,7 +287,7 @@ func TestParseJSONRefusesForeignShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := l.Model.Chains["nat-prerouting"].Rules
-	if len(rs) != 4 || !nftmodel.IsOpaque(rs[0]) || !nftmodel.IsOpaque(rs[1]) || !nftmodel.IsOpaque(rs[2]) || rs[3] != "ip daddr 10.96.0.1 drop" {
+	if len(rs) != 4 || !nftmodel.IsOpaque(rs[0]) || !nftmodel.IsOpaque(rs[1]) || !nftmodel.IsOpaque(rs[2]) || rs[3].String() != "ip daddr 10.96.0.1 drop" {
 		t.Fatalf("rules %q: want three opaque rules and a readable one", rs)
 	}
 	var what []string
@@ -323,9 +327,11 @@ func TestParseJSONRefusesForeignShapes(t *testing.T) {
 	}
 }
 
-// TestCanonRule: anonymous sets of addresses compare as the addresses they
-// hold, as nft lists them back (sorted, merged).
-func TestCanonRule(t *testing.T) {
+// TestSameRule: rules compare as values: the members of an anonymous set
+// in any order (addresses as the addresses they cover, as nft lists them
+// back sorted and merged), numbers whatever their name or digits; another
+// member, port, operator or verdict is another rule.
+func TestSameRule(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string
 		same bool
@@ -333,13 +339,29 @@ func TestCanonRule(t *testing.T) {
 		{"ip saddr != { 192.168.50.0/24, 198.51.100.0/24, 192.168.70.12 } drop", "ip saddr != { 192.168.50.0/24, 192.168.70.12, 198.51.100.0/24 } drop", true},
 		{"ip saddr != { 10.0.0.0/25, 10.0.0.128/25 } drop", "ip saddr != { 10.0.0.0/24 } drop", true},
 		{"ip saddr != { 10.0.1.0/24, 10.0.1.5 } drop", "ip saddr != { 10.0.1.0/24 } drop", true},
-		{"ip6 saddr != { fd00:50::/64, 2001:db8:99::/64, fd00:70::10 } drop", "ip6 saddr != { 2001:db8:99::/64, fd00:50::/64, fd00:70::10 } drop", true},
+		{"ct state != { established, related } drop", "ct state != { related, established } drop", true},
+		{"meta l4proto { tcp, udp } th dport { 80, 443 } accept", "meta l4proto { udp, 6 } th dport { 443, 80 } accept", true},
+		{"meta mark & 0x00004000 == 0 return", "meta mark & 0x4000 == 0 return", true},
 		{"ip saddr != { 10.0.0.0/24 } drop", "ip saddr != { 10.0.0.0/25 } drop", false},
 		{"ip saddr != { 10.0.0.0/24 } drop", "ip saddr != { 10.0.0.0/24 } accept", false},
-		{"ct state != { established, related } drop", "ct state != { related, established } drop", false},
+		{"ip saddr != { 10.0.0.0/24 } drop", "ip saddr { 10.0.0.0/24 } drop", false},
+		{"th dport { 80, 443 } accept", "th dport { 80, 8443 } accept", false},
+		{"th dport { 80, 443 } accept", "th dport { 80 } accept", false},
+		{"tcp dport 80 accept", "tcp dport 81 accept", false},
+		{"tcp dport 80 accept", "udp dport 80 accept", false},
+		{"ct state != { established, related } drop", "ct state != { established, new } drop", false},
+		{"ip daddr 10.0.0.1 jump a", "ip daddr 10.0.0.1 goto a", false},
 	} {
-		if got := nftables.SameRule(tc.a, tc.b); got != tc.same {
-			t.Errorf("SameRule(%q, %q) = %v (%q, %q)", tc.a, tc.b, got, nftables.CanonRule(tc.a), nftables.CanonRule(tc.b))
+		a, err := nftmodel.ParseRule("ip", tc.a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := nftmodel.ParseRule("ip", tc.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nftmodel.SameRule(a, b); got != tc.same {
+			t.Errorf("SameRule(%q, %q) = %v", tc.a, tc.b, got)
 		}
 	}
 }
@@ -354,10 +376,10 @@ func TestParseJSONTimedElements(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := l.Model.Sets["aff-x"]
-	if s == nil || s.IsMap || len(s.Elements) != 2 || s.Elements["10.0.0.1"].Key[0] != "10.0.0.1" || s.Elements["10.0.0.2"].Key[0] != "10.0.0.2" {
+	if s == nil || s.IsMap || len(s.Elements) != 2 || s.Elements["10.0.0.1"].Key.String() != "10.0.0.1" || s.Elements["10.0.0.2"].Key.String() != "10.0.0.2" {
 		t.Fatalf("aff-x: %+v", s)
 	}
-	if !strings.Contains(s.Spec, "timeout 30s") {
+	if !strings.Contains(s.Spec.String(), "timeout 30s") {
 		t.Errorf("spec %q", s.Spec)
 	}
 }

@@ -15,39 +15,78 @@ import (
 	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
-func (t *Tracer) parseElem(s *Set, e Element) (telem, error) {
-	te := telem{text: strings.Join(e.Key, " . ")}
-	for _, k := range e.Key {
-		kv, err := parseKeyPart(k)
+// parseElem reads one element of s ("key", or "key : value" for a map's;
+// a verdict map's value is a verdict); hasVal says whether it had a value.
+func parseElem(s *Set, text string) (e nft.Elem, hasVal bool, err error) {
+	k, v, hasVal := strings.Cut(text, " : ")
+	if e.Key, err = parseKey(k); err != nil {
+		return e, hasVal, err
+	}
+	switch {
+	case !hasVal || !s.IsMap:
+	case s.Spec.IsVerdict():
+		e.Verdict, err = parseVerdict(strings.Fields(v))
+	default:
+		e.Data, err = parseKey(v)
+	}
+	return e, hasVal, err
+}
+
+// parseKey reads "a . b": the parts of an element's key or data value.
+func parseKey(text string) (nft.Key, error) {
+	out := make(nft.Key, 0, strings.Count(text, " . ")+1)
+	for more := true; more; {
+		var p string
+		p, text, more = strings.Cut(text, " . ")
+		v, err := parseKeyPart(p)
 		if err != nil {
-			return te, err
+			return nil, err
 		}
-		te.Key = append(te.Key, kv)
+		out = append(out, v)
 	}
-	if !s.IsMap {
-		if e.Value != nil {
-			return te, errors.New("a set element with a value")
+	return out, nil
+}
+
+// parseSpec reads a set's or map's definition ("{ type ipv4_addr ; flags
+// interval ; }"), clause by clause; it must write back as it was read.
+func parseSpec(text string) (SetSpec, error) {
+	var s SetSpec
+	body, ok := strings.CutPrefix(text, "{ ")
+	if ok {
+		body, ok = strings.CutSuffix(body, " }")
+	}
+	if !ok {
+		return s, fmt.Errorf("definition %q: want { ... }", text)
+	}
+	for _, cl := range strings.Split(body, ";") {
+		cl = strings.TrimSpace(cl)
+		w, rest, _ := strings.Cut(cl, " ")
+		switch w {
+		case "":
+		case "type", "typeof":
+			s.Typeof = w == "typeof"
+			k, d, isMap := strings.Cut(rest, " : ")
+			s.Key = strings.Split(k, " . ")
+			if isMap {
+				s.Data = strings.Split(d, " . ")
+			}
+		case "flags":
+			s.Flags = strings.Split(rest, ",")
+		case "timeout":
+			s.Timeout = rest
+		case "auto-merge":
+			s.AutoMerge = true
+		default:
+			return s, fmt.Errorf("definition %q: clause %q not modelled", text, cl)
 		}
-		return te, nil
 	}
-	val := strings.Join(e.Value, " . ")
-	te.text += " : " + val
-	if strings.Contains(s.Spec, ": verdict") {
-		v, err := parseVerdict(strings.Fields(val))
-		if err != nil {
-			return te, err
-		}
-		te.Verdict = v
-		return te, nil
+	if len(s.Key) == 0 {
+		return s, fmt.Errorf("definition %q: no type", text)
 	}
-	for _, p := range strings.Split(val, " . ") {
-		kv, err := parseKeyPart(p)
-		if err != nil {
-			return te, err
-		}
-		te.Data = append(te.Data, kv)
+	if s.String() != text {
+		return s, fmt.Errorf("definition %q: not in the form kproxy writes (%s)", text, s)
 	}
-	return te, nil
+	return s, nil
 }
 
 // parseBase reads "type nat hook prerouting priority -100 [; policy accept]".
@@ -59,16 +98,6 @@ func parseBase(base string) (nft.BaseChain, error) {
 		return c, fmt.Errorf("base chain %q: want \"type T hook H priority P\"", base)
 	}
 	c.Type, c.Hook = f[1], f[3]
-	switch c.Hook {
-	case "prerouting", "input", "forward", "output", "postrouting":
-	default:
-		return c, fmt.Errorf("hook %q not modelled", c.Hook)
-	}
-	switch c.Type {
-	case "nat", "filter":
-	default:
-		return c, fmt.Errorf("chain type %q not modelled", c.Type)
-	}
 	prio, err := parsePriority(f[5:])
 	if err != nil {
 		return c, err
@@ -84,7 +113,7 @@ func parseBase(base string) (nft.BaseChain, error) {
 			return c, fmt.Errorf("base chain option %q not modelled", p)
 		}
 	}
-	return c, nil
+	return c, checkBase(c)
 }
 
 var namedPriorities = map[string]int{"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
@@ -130,7 +159,7 @@ func tokens(s string) []string {
 }
 
 type parser struct {
-	t    *Tracer
+	ip   string // "ip" or "ip6"
 	toks []string
 	pos  int
 }
@@ -161,16 +190,12 @@ func (p *parser) expect(words ...string) error {
 
 func (p *parser) text(from int) string { return strings.Join(p.toks[from:p.pos], " ") }
 
-func (t *Tracer) parseRule(rule string) (nft.Rule, error) {
-	if IsOpaque(rule) {
-		return nft.Rule{&nft.Opaque{Text: rule}}, nil
-	}
-	p := &parser{t: t, toks: tokens(rule)}
+// parseRule reads the text of a rule of a table of family ip ("ip" or
+// "ip6"), then checks it as the tracer does (checkRule).
+func parseRule(ip, rule string) (nft.Rule, error) {
+	p := &parser{ip: ip, toks: tokens(rule)}
 	var stmts nft.Rule
 	for p.pos < len(p.toks) {
-		if n := len(stmts); n > 0 && nft.Terminal(stmts[n-1]) {
-			return nil, fmt.Errorf("%q after the verdict %q", strings.Join(p.toks[p.pos:], " "), stmts[n-1])
-		}
 		w := p.peek()
 		switch w {
 		case "jump", "goto":
@@ -231,9 +256,6 @@ func (t *Tracer) parseRule(rule string) (nft.Rule, error) {
 			if err != nil {
 				return nil, err
 			}
-			if e.Type() != nft.TypeAddr {
-				return nil, fmt.Errorf("update @%s { %s }: only addresses modelled", s, e)
-			}
 			if err := p.expect("}"); err != nil {
 				return nil, err
 			}
@@ -254,8 +276,8 @@ func (t *Tracer) parseRule(rule string) (nft.Rule, error) {
 			stmts = append(stmts, st)
 		}
 	}
-	if len(stmts) == 0 {
-		return nil, errors.New("empty rule")
+	if err := checkRule(ip, stmts); err != nil {
+		return nil, err
 	}
 	return stmts, nil
 }
@@ -290,9 +312,6 @@ func (p *parser) dnat() (*nft.DNAT, error) {
 	p.next()
 	d := &nft.DNAT{}
 	if w := p.peek(); w == "ip" || w == "ip6" {
-		if w != p.t.ip {
-			return nil, fmt.Errorf("dnat %s in an %s table", w, p.t.ip)
-		}
 		d.Family = p.next()
 	}
 	if err := p.expect("to"); err != nil {
@@ -318,10 +337,6 @@ func (p *parser) dnat() (*nft.DNAT, error) {
 			return nil, errors.New("dnat map: want @map")
 		}
 		d.Key, d.Map = exprs, s
-		return d, nil
-	}
-	if d.Addr.Is6() != (p.t.ip == "ip6") || d.Addr.Is4In6() {
-		return nil, fmt.Errorf("dnat to %s in an %s table", d.Addr, p.t.ip)
 	}
 	return d, nil
 }
@@ -342,106 +357,62 @@ func (p *parser) concat() ([]nft.Expr, error) {
 	}
 }
 
-// primary reads one expression that yields a value.
+// primary reads one expression that yields a value (checkExpr says
+// whether the tracer models it).
 func (p *parser) primary() (nft.Expr, error) {
 	w := p.next()
 	switch w {
-	case "ip", "ip6":
-		if w != p.t.ip {
-			return nil, fmt.Errorf("%s expression in an %s table", w, p.t.ip)
-		}
-		switch f := p.next(); f {
-		case "saddr", "daddr":
-			return &nft.Payload{Base: w, Field: f}, nil
-		default:
-			return nil, fmt.Errorf("%s %s not modelled", w, f)
-		}
+	case "ip", "ip6", "th", "tcp", "udp", "sctp":
+		return &nft.Payload{Base: w, Field: p.next()}, nil
 	case "meta":
-		switch f := p.next(); f {
-		case "l4proto", "mark", "iifname", "oifname":
-			return &nft.Meta{Key: f}, nil
-		default:
-			return nil, fmt.Errorf("meta %s not modelled", f)
-		}
+		return &nft.Meta{Key: p.next()}, nil
 	case "iifname", "oifname":
 		return &nft.Meta{Key: w}, nil
-	case "th", "tcp", "udp", "sctp":
-		switch f := p.next(); f {
-		case "dport", "sport":
-			return &nft.Payload{Base: w, Field: f}, nil
-		default:
-			return nil, fmt.Errorf("%s %s not modelled", w, f)
-		}
+	case "ct":
+		return &nft.CT{Key: p.next()}, nil
 	case "fib":
-		f := p.next()
-		if f != "saddr" && f != "daddr" {
-			return nil, fmt.Errorf("fib %s not modelled", f)
-		}
-		if err := p.expect("type"); err != nil {
-			return nil, err
-		}
-		return &nft.Fib{Addr: f}, nil
+		f := &nft.Fib{Addr: p.next()}
+		return f, p.expect("type")
 	case "numgen":
 		e := &nft.Numgen{Mode: p.next()}
-		if e.Mode != "random" && e.Mode != "inc" {
-			return nil, fmt.Errorf("numgen %s not modelled", e.Mode)
+		err := p.number("mod", &e.Mod)
+		if err == nil && p.peek() == "offset" {
+			err = p.number("offset", &e.Offset)
 		}
-		if err := p.expect("mod"); err != nil {
-			return nil, err
-		}
-		n, err := strconv.ParseUint(p.next(), 0, 32)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("numgen modulus: %v", err)
-		}
-		e.Mod = n
-		if p.peek() == "offset" {
-			p.next()
-			if e.Offset, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
-				return nil, fmt.Errorf("numgen offset: %w", err)
-			}
-		}
-		return e, nil
+		return e, err
 	case "jhash":
 		of, err := p.primary()
 		if err != nil {
 			return nil, err
 		}
-		if of.Type() != nft.TypeAddr {
-			return nil, fmt.Errorf("jhash of %s: only an address is modelled", of)
-		}
 		e := &nft.Jhash{Of: of}
-		if err := p.expect("mod"); err != nil {
+		var seed uint64
+		if err := p.number("mod", &e.Mod); err != nil {
 			return nil, err
 		}
-		n, err := strconv.ParseUint(p.next(), 0, 32)
-		if err != nil || n < 2 {
-			return nil, fmt.Errorf("jhash modulus %d: %v", n, err)
-		}
-		e.Mod = n
-		if err := p.expect("seed"); err != nil {
+		if err := p.number("seed", &seed); err != nil {
 			return nil, err
-		}
-		seed, err := strconv.ParseUint(p.next(), 0, 32)
-		if err != nil {
-			return nil, fmt.Errorf("jhash seed: %w", err)
 		}
 		e.Seed = uint32(seed)
 		if p.peek() == "offset" {
-			p.next()
-			if e.Offset, err = strconv.ParseUint(p.next(), 0, 32); err != nil {
-				return nil, fmt.Errorf("jhash offset: %w", err)
-			}
+			err = p.number("offset", &e.Offset)
 		}
-		return e, nil
-	case "ct":
-		switch f := p.next(); f {
-		case "state", "status":
-			return &nft.CT{Key: f}, nil
-		default:
-			return nil, fmt.Errorf("ct %s not modelled", f)
-		}
+		return e, err
 	}
 	return nil, fmt.Errorf("expression %q not modelled", w)
+}
+
+// number reads "word N", N a 32-bit number.
+func (p *parser) number(word string, n *uint64) error {
+	if err := p.expect(word); err != nil {
+		return err
+	}
+	v, err := strconv.ParseUint(p.next(), 0, 32)
+	if err != nil {
+		return fmt.Errorf("%s: %w", word, err)
+	}
+	*n = v
+	return nil
 }
 
 // constant reads one constant of type typ.
@@ -455,9 +426,6 @@ func (p *parser) constant(typ nft.Type) (nft.Value, error) {
 		k, err := parseKeyPart(w)
 		if err != nil || (k.Kind != nft.KindAddr && k.Kind != nft.KindPrefix) {
 			return nft.Value{}, fmt.Errorf("address %q", w)
-		}
-		if addrOf(k).Is6() != (p.t.ip == "ip6") {
-			return nft.Value{}, fmt.Errorf("address %q in an %s table", w, p.t.ip)
 		}
 		return k, nil
 	case nft.TypeProto:
@@ -533,9 +501,6 @@ func (p *parser) match() (nft.Stmt, error) {
 	c := &nft.Match{Left: exprs}
 	typ := exprs[0].Type()
 	if p.peek() == "&" {
-		if len(exprs) != 1 || (typ != nft.TypeMark && typ != nft.TypeCTStatus && typ != nft.TypeNum) {
-			return nil, fmt.Errorf("%q: & on %s not modelled", p.text(start), exprs[0])
-		}
 		p.next()
 		m, err := p.constant(typ)
 		if err != nil {
@@ -548,24 +513,11 @@ func (p *parser) match() (nft.Stmt, error) {
 		p.next()
 		c.Op = w
 	}
-	if c.Mask == nil && len(exprs) == 1 && typ == nft.TypeCTStatus && c.Op != nft.OpImplicit && c.Op != nft.OpEq {
-		return nil, fmt.Errorf("%q: ct status %s without a mask not modelled", p.text(start), c.Op)
-	}
-	eq := c.Op == nft.OpImplicit || c.Op == nft.OpEq || c.Op == nft.OpNe
-	if !eq && (len(exprs) != 1 || typ == nft.TypeAddr || typ == nft.TypeIface || typ == nft.TypeFibType || typ == nft.TypeCTState) {
-		return nil, fmt.Errorf("%q: %s on %s not modelled", p.text(start), c.Op, exprs[0])
-	}
 	switch w := p.peek(); {
 	case strings.HasPrefix(w, "@"):
-		if !eq {
-			return nil, fmt.Errorf("%s @set not modelled", c.Op)
-		}
 		p.next()
 		c.Set = w[1:]
 	case w == "{":
-		if !eq {
-			return nil, fmt.Errorf("%s { set } not modelled", c.Op)
-		}
 		p.next()
 		c.Anon = true
 		for p.peek() != "}" {
@@ -579,9 +531,6 @@ func (p *parser) match() (nft.Stmt, error) {
 			c.Right = append(c.Right, v)
 		}
 		p.next()
-		if len(c.Right) == 0 {
-			return nil, errors.New("empty { set }")
-		}
 	default:
 		if w == "" {
 			return nil, fmt.Errorf("%q: no value to compare with", p.text(start))

@@ -2,11 +2,12 @@ package model
 
 // The packet tracer: it follows the first packet of a new connection
 // through the base chains of a Model (the Fake's table, or one read back
-// from a node), interpreting the rule text the renderer writes, and returns
-// every possible outcome with its probability and the path that leads to
-// it. Every rule of the table is parsed before any packet is traced: a form
-// the tracer does not understand is an error (NewTracer), never a rule
-// silently skipped, so a trace never "reaches" what it did not simulate.
+// from a node), evaluating its typed rules and elements (package nft), and
+// returns every possible outcome with its probability and the path that
+// leads to it. Every rule and element of the table is checked before any
+// packet is traced: a form the tracer does not model is an error
+// (NewTracer), never a rule silently skipped, so a trace never "reaches"
+// what it did not simulate.
 //
 // What it models, as the kernel does it for the first packet of a
 // connection:
@@ -46,12 +47,12 @@ package model
 //     (or the set's elements hold the source); "update @S { ip saddr }" is
 //     reported in trace.Outcome.AffinitySets.
 //
-// The tracer's files, by role: this one builds a Tracer from a Model
-// (NewTracer: parse everything, check every reference); parse.go reads the
-// text of rules, set elements and base chains into the typed rules,
-// statements, expressions and values of package nft (values.go has the
-// tracer's helpers on them); eval.go walks packets through them, on the
-// packet, host, branch and outcome types of platform/linux/trace.
+// The package's files, by role: this one builds a Tracer from a Model
+// (NewTracer: check everything, every reference); check.go says what the
+// tracer models of the typed values; parse.go is the Fake's reader of nft
+// -f text into them, json.go the reader of the kernel's JSON listing
+// (values.go has helpers on values); eval.go walks packets through them, on
+// the packet, host, branch and outcome types of platform/linux/trace.
 
 import (
 	"cmp"
@@ -139,12 +140,11 @@ func NewTracer(fam knftables.Family, m *Model) (*Tracer, error) {
 		t.sets[name] = ts
 		for _, id := range slices.Sorted(maps.Keys(s.Elements)) {
 			e := s.Elements[id]
-			te, err := t.parseElem(s, e)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s %s: element %s: %w", kindOf(s), name, id, err))
+			if err := checkElem(s, e); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: element %s: %w", kindName(s.IsMap), name, id, err))
 				continue
 			}
-			ts.elems = append(ts.elems, te)
+			ts.elems = append(ts.elems, telem{Elem: e, text: e.String()})
 		}
 	}
 	for _, ts := range t.sets {
@@ -161,22 +161,20 @@ func NewTracer(fam knftables.Family, m *Model) (*Tracer, error) {
 	for _, name := range slices.Sorted(maps.Keys(m.Chains)) {
 		c := m.Chains[name]
 		tc := &tchain{name: name}
-		if c.Base != "" {
-			base, err := parseBase(c.Base)
-			if err != nil {
+		if c.Base != nil {
+			if err := checkBase(*c.Base); err != nil {
 				errs = append(errs, fmt.Errorf("chain %s: %w", name, err))
 				continue
 			}
-			tc.BaseChain = base
+			tc.BaseChain = *c.Base
 			t.hooks[tc.Hook] = append(t.hooks[tc.Hook], tc)
 		}
 		for i, r := range c.Rules {
-			stmts, err := t.parseRule(r)
-			if err != nil {
+			if err := checkRule(t.ip, r); err != nil {
 				errs = append(errs, fmt.Errorf("chain %s rule %d (%s): %w", name, i+1, r, err))
 				continue
 			}
-			tc.rules = append(tc.rules, &trule{text: r, num: i + 1, stmts: stmts})
+			tc.rules = append(tc.rules, &trule{text: r.String(), num: i + 1, stmts: r})
 		}
 		t.chains[name] = tc
 	}
@@ -205,13 +203,6 @@ func NewTracer(fam knftables.Family, m *Model) (*Tracer, error) {
 		return nil, errors.Join(errs...)
 	}
 	return t, nil
-}
-
-func kindOf(s *Set) string {
-	if s.IsMap {
-		return "map"
-	}
-	return "set"
 }
 
 func (t *Tracer) checkRefs(st nft.Stmt) error {

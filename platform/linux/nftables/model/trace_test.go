@@ -26,6 +26,7 @@ import (
 	"github.com/kproxy/kproxy/pkg/proxy"
 	"github.com/kproxy/kproxy/platform/linux/facts"
 	"github.com/kproxy/kproxy/platform/linux/nftables"
+	"github.com/kproxy/kproxy/platform/linux/nftables/nft"
 )
 
 // famAddrs are the addresses of the rich test ports of one family.
@@ -255,7 +256,7 @@ func TestTracerReadsEveryRenderedForm(t *testing.T) {
 				for _, c := range m.Chains {
 					for _, r := range c.Rules {
 						for i, form := range forms {
-							if form.MatchString(r) {
+							if form.MatchString(r.String()) {
 								met[renderedForms[i]] = true
 							}
 						}
@@ -263,7 +264,7 @@ func TestTracerReadsEveryRenderedForm(t *testing.T) {
 				}
 				for _, e := range m.Sets[nftables.MapFrontends].Elements {
 					for i, form := range forms {
-						if form.MatchString("element: " + strings.Join(e.Value, " . ")) {
+						if form.MatchString("element: " + e.Verdict.String()) {
 							met[renderedForms[i]] = true
 						}
 					}
@@ -610,6 +611,8 @@ func TestTraceLocalDelivery(t *testing.T) {
 // family fails Trace.
 func TestTracerRefusesUnknownSyntax(t *testing.T) {
 	_, m := traceTable(t, v1.IPv4Protocol, nfttest.Config(), nfttest.Node, simplePort("web", "10.96.0.10", "", "10.244.1.1"))
+	// Text the Fake's reader refuses, or reads into a rule NewTracer
+	// refuses.
 	for _, bad := range []string{
 		"ip saddr 10.0.0.0/8 counter accept",
 		"tcp flags syn drop",
@@ -626,19 +629,43 @@ func TestTracerRefusesUnknownSyntax(t *testing.T) {
 		"ip saddr @nope drop",
 		"goto nowhere",
 	} {
+		r, err := nftmodel.ParseRule("ip", bad)
+		if err != nil {
+			continue
+		}
 		mm := m.Clone()
-		mm.Chains[nftables.ChainServices].Rules = append(mm.Chains[nftables.ChainServices].Rules, bad)
+		mm.Chains[nftables.ChainServices].Rules = append(mm.Chains[nftables.ChainServices].Rules, r)
 		if _, err := nftmodel.NewTracer(knftables.IPv4Family, mm); err == nil || !strings.Contains(err.Error(), "chain services rule 3") {
 			t.Errorf("%q: err %v, want an error naming chain services rule 3", bad, err)
 		}
 	}
+	// Typed rules no text reads into (a table read back is built as
+	// values): NewTracer checks them as the reader does.
+	ip6 := &nft.Payload{Base: "ip6", Field: "saddr"}
+	port := &nft.Payload{Base: "tcp", Field: "dport"}
+	for _, bad := range []nft.Rule{
+		{&nft.Match{Left: []nft.Expr{ip6}, Right: []nft.Key{{nft.Addr(netip.MustParseAddr("::1"))}}}, &nft.Verdict{Kind: "drop"}},
+		{&nft.Match{Left: []nft.Expr{port}, Right: []nft.Key{{nft.Addr(netip.MustParseAddr("10.0.0.1"))}}}, &nft.Verdict{Kind: "drop"}},
+		{&nft.Verdict{Kind: "accept"}, &nft.Verdict{Kind: "drop"}},
+		{&nft.Update{Set: "aff", Key: port}},
+		{&nft.DNAT{Addr: netip.MustParseAddr("fd00::1")}},
+		{&nft.Match{Left: []nft.Expr{port}, Op: nft.OpLt, Anon: true, Right: []nft.Key{{nft.Num(1)}}}},
+		{&nft.Verdict{Kind: "queue"}},
+		{},
+	} {
+		mm := m.Clone()
+		mm.Chains[nftables.ChainServices].Rules = append(mm.Chains[nftables.ChainServices].Rules, bad)
+		if _, err := nftmodel.NewTracer(knftables.IPv4Family, mm); err == nil || !strings.Contains(err.Error(), "chain services rule 3") {
+			t.Errorf("%#v: err %v, want an error naming chain services rule 3", bad, err)
+		}
+	}
 	mm := m.Clone()
 	for id, e := range mm.Sets[nftables.MapFrontends].Elements {
-		e.Value = []string{"queue num 1"}
+		e.Verdict = &nft.Verdict{Kind: "queue"}
 		mm.Sets[nftables.MapFrontends].Elements[id] = e
 	}
 	if _, err := nftmodel.NewTracer(knftables.IPv4Family, mm); err == nil {
-		t.Errorf("an element with verdict \"queue num 1\": no error")
+		t.Errorf("an element with verdict \"queue\": no error")
 	}
 	tr, err := nftmodel.NewTracer(knftables.IPv4Family, m)
 	if err != nil {

@@ -48,29 +48,31 @@ func (ts typesSeen) rule(r nft.Rule) {
 	}
 }
 
-// roundTrip parses every base chain spec, rule and element of m and
-// checks that the typed values write back the text they were read from.
-// It returns the number of rules and elements checked.
+// roundTrip writes every base chain spec, rule, element and set
+// definition of m as text and reads it back as the Fake does: it must read
+// into the same values, which write the same text. It returns the number
+// of rules and elements checked.
 func roundTrip(t *testing.T, ip string, m *nftmodel.Model, seen typesSeen) (rules, elems int) {
 	t.Helper()
 	for _, name := range slices.Sorted(maps.Keys(m.Chains)) {
 		c := m.Chains[name]
-		if c.Base != "" {
-			b, err := nftmodel.ParseBase(c.Base)
+		if c.Base != nil {
+			b, err := nftmodel.ParseBase(c.Base.String())
 			if err != nil {
 				t.Errorf("chain %s: %v", name, err)
-			} else if b.String() != c.Base {
-				t.Errorf("chain %s: base %q written back as %q", name, c.Base, b)
+			} else if b != *c.Base {
+				t.Errorf("chain %s: base %v read back as %v", name, *c.Base, b)
 			}
 		}
-		for i, text := range c.Rules {
-			r, err := nftmodel.ParseRule(ip, text)
+		for i, r := range c.Rules {
+			text := r.String()
+			back, err := nftmodel.ParseRule(ip, text)
 			if err != nil {
 				t.Errorf("chain %s rule %d (%s): %v", name, i+1, text, err)
 				continue
 			}
-			if got := r.String(); got != text {
-				t.Errorf("chain %s rule %d:\n\tread    %s\n\twritten %s", name, i+1, text, got)
+			if got := back.String(); got != text || !reflect.DeepEqual(back, r) {
+				t.Errorf("chain %s rule %d:\n\twritten %s\n\tread    %s (%#v, want %#v)", name, i+1, text, got, back, r)
 			}
 			seen.rule(r)
 			rules++
@@ -78,18 +80,21 @@ func roundTrip(t *testing.T, ip string, m *nftmodel.Model, seen typesSeen) (rule
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.Sets)) {
 		s := m.Sets[name]
+		if spec, err := nftmodel.ParseSpec(s.Spec.String()); err != nil || !reflect.DeepEqual(spec, s.Spec) {
+			t.Errorf("set %s: definition %#v read back as %#v: %v", name, s.Spec, spec, err)
+		}
 		for id, e := range s.Elements {
-			want := id
-			if e.Value != nil {
-				want += " : " + strings.Join(e.Value, " . ")
+			want := e.String()
+			if !strings.HasPrefix(want, id) {
+				t.Errorf("set %s: element %s filed under %s", name, want, id)
 			}
-			te, err := nftmodel.ParseElem(s, e)
+			te, err := nftmodel.ParseElem(s, want)
 			if err != nil {
 				t.Errorf("set %s element %s: %v", name, want, err)
 				continue
 			}
-			if got := te.String(); got != want {
-				t.Errorf("set %s element:\n\tread    %s\n\twritten %s", name, want, got)
+			if got := te.String(); got != want || !reflect.DeepEqual(te, e) {
+				t.Errorf("set %s element:\n\twritten %s\n\tread    %s", name, want, got)
 			}
 			elems++
 		}
@@ -98,10 +103,11 @@ func roundTrip(t *testing.T, ip string, m *nftmodel.Model, seen typesSeen) (rule
 }
 
 // TestTypedRoundTrip: every base chain, rule and element the renderer
-// writes (rich ports under every configuration, both families), and every
-// one read back from the kernel's JSON listings of testdata/json, parses
-// into the typed values of package nft, which write the same text back;
-// and the rules met hold every statement and expression type.
+// writes (rich ports under every configuration, both families; read by the
+// Fake), and every one read back from the kernel's JSON listings of
+// testdata/json (built as values), writes a text that reads back into the
+// same typed values of package nft; and the rules met hold every statement
+// and expression type.
 func TestTypedRoundTrip(t *testing.T) {
 	seen := typesSeen{}
 	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {

@@ -1,63 +1,20 @@
-package nftables
+package model
 
 import (
 	"cmp"
 	"math/big"
 	"net/netip"
-	"regexp"
 	"slices"
-	"strings"
 )
 
-// anonSet matches an anonymous set in rule text ("{ a, b }").
-var anonSet = regexp.MustCompile(`\{ ([^{}]*) \}`)
-
-// CanonRule returns a rule's text with every anonymous set of addresses
-// and prefixes written as nft lists it back: sorted, overlapping and
-// adjacent members merged, as the fewest prefixes. Two rules with the same
-// canonical text match the same packets; the renderer writes a source
-// range firewall's set in its own order (ranges, then addresses), nft lists
-// it sorted and merged.
-func CanonRule(rule string) string {
-	if !strings.Contains(rule, "{ ") {
-		return rule
-	}
-	return anonSet.ReplaceAllStringFunc(rule, func(m string) string {
-		body := m[2 : len(m)-2]
-		var ps []netip.Prefix
-		for _, part := range strings.Split(body, ", ") {
-			if p, err := netip.ParsePrefix(part); err == nil {
-				ps = append(ps, p.Masked())
-				continue
-			}
-			a, err := netip.ParseAddr(part)
-			if err != nil {
-				return m // not a set of addresses
-			}
-			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-		}
-		var out []string
-		for _, p := range mergePrefixes(ps) {
-			if p.Bits() == p.Addr().BitLen() {
-				out = append(out, p.Addr().String())
-			} else {
-				out = append(out, p.String())
-			}
-		}
-		return "{ " + strings.Join(out, ", ") + " }"
-	})
-}
-
-// SameRule reports whether two rule texts are the same rule (see
-// CanonRule).
-func SameRule(a, b string) bool { return a == b || CanonRule(a) == CanonRule(b) }
-
 // mergePrefixes returns the fewest prefixes covering exactly the union of
-// ps (all of one family), sorted.
+// ps (all of one family), sorted: what nft lists for an interval set or an
+// anonymous set of addresses.
 func mergePrefixes(ps []netip.Prefix) []netip.Prefix {
 	type span struct{ lo, hi netip.Addr }
 	var spans []span
 	for _, p := range ps {
+		p = p.Masked()
 		spans = append(spans, span{p.Addr(), lastAddr(p)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return cmp.Or(a.lo.Compare(b.lo), a.hi.Compare(b.hi)) })
@@ -66,7 +23,7 @@ func mergePrefixes(ps []netip.Prefix) []netip.Prefix {
 		if n := len(merged); n > 0 {
 			last := &merged[n-1]
 			// Overlapping or adjacent: one span.
-			if next := last.hi.Next(); !s.lo.IsValid() || s.lo.Compare(last.hi) <= 0 || (next.IsValid() && s.lo == next) {
+			if next := last.hi.Next(); s.lo.Compare(last.hi) <= 0 || (next.IsValid() && s.lo == next) {
 				if s.hi.Compare(last.hi) > 0 {
 					last.hi = s.hi
 				}
