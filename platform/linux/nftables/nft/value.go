@@ -5,8 +5,9 @@
 // exactly the forms kproxy's renderer writes and its tracer evaluates.
 //
 // The String methods are the one writer of their text: a value built here
-// and written with String is what nft -f receives, and the tracer's parser
-// (nftables/model) reads that text back into the same values. The package
+// and written with String is what nft -f receives, and the Fake's reader
+// (nftables/model, standing for nft) reads that text back into the same
+// values; the tracer and the drift check work on the values alone. The package
 // imports nothing of kproxy's, so the renderer may use it (test/layout:
 // renderers import no model or tracer package).
 package nft
