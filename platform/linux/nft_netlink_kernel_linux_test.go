@@ -228,3 +228,61 @@ func diffLines(a, b []string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestKernelNFTCountRules: the idle check's rule counts over netlink (a
+// dump the kernel filters by chain) equal what nft lists, for each chain
+// the check reads and for a missing one (0); with netlink off they go
+// through nft and agree; and the backend's idle check uses the dump.
+func TestKernelNFTCountRules(t *testing.T) {
+	inNetns(t, func() {
+		ctx := context.Background()
+		node := netip.MustParseAddr("192.168.77.2")
+		be := systemNFTBackend(t, v1.IPv4Protocol)
+		be.m.opts.Host = &FakeHost{Addrs: []netip.Addr{node}}
+		sys := be.m.opts.NFT.(*nftables.System)
+		defer sys.Close()
+		snap := &proxy.Snapshot{IPv4: proxy.NewFamilyView(v1.IPv4Protocol, netlinkPorts(v1.IPv4Protocol, node)),
+			IPv6: proxy.NewFamilyView(v1.IPv6Protocol, nil)}
+		if err := syncSnap(ctx, be, snap, proxy.Changes{Full: true}); err != nil {
+			t.Fatal(err)
+		}
+		chains := []string{nftables.ChainNATPrerouting, nftables.ChainNATOutput, nftables.ChainServices, "no-such-chain"}
+		want := map[string]int{}
+		for _, c := range chains {
+			rs, err := sys.ListRules(ctx, c)
+			if err != nil && !nftables.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			want[c] = len(rs)
+		}
+		if want[nftables.ChainServices] == 0 || want["no-such-chain"] != 0 {
+			t.Fatalf("nft lists %v", want)
+		}
+		for _, netlink := range []bool{true, false} {
+			sys.SetNetlink(netlink)
+			dumps := sys.RuleDumps()
+			for _, c := range chains {
+				if n, err := sys.CountRules(ctx, c); err != nil || n != want[c] {
+					t.Errorf("netlink %v: %s: %d rules, %v; nft lists %d", netlink, c, n, err, want[c])
+				}
+			}
+			if got := sys.RuleDumps() - dumps; netlink && got != len(chains) || !netlink && got != 0 {
+				t.Errorf("netlink %v: %d rule dumps over netlink", netlink, got)
+			}
+		}
+		sys.SetNetlink(true)
+		dumps := sys.RuleDumps()
+		if err := be.m.check(ctx); err != nil {
+			t.Fatalf("idle check: %v", err)
+		}
+		if sys.RuleDumps() == dumps {
+			t.Errorf("the idle check did not count its rules over netlink")
+		}
+		if out, err := exec.Command("nft", "flush", "chain", "ip", nftables.TableName, nftables.ChainServices).CombinedOutput(); err != nil {
+			t.Fatalf("nft flush chain: %v: %s", err, out)
+		}
+		if err := be.m.check(ctx); err == nil {
+			t.Errorf("idle check after the services chain was flushed: no error")
+		}
+	})
+}

@@ -274,11 +274,11 @@ func (m *nftMode) check(ctx context.Context) error {
 		return fmt.Errorf("%w: the dispatch maps' canary elements: %w", errTableGone, err)
 	}
 	for _, c := range []string{nftables.ChainNATPrerouting, nftables.ChainNATOutput, nftables.ChainServices} {
-		rs, err := m.opts.NFT.ListRules(ctx, c)
+		n, err := m.opts.NFT.CountRules(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", errTableGone, c, err)
 		}
-		if len(rs) == 0 {
+		if n == 0 {
 			return fmt.Errorf("%w: chain %s is empty", errTableGone, c)
 		}
 	}

@@ -57,6 +57,39 @@ func openNetlink() (*nlConn, error) {
 
 func (c *nlConn) close() { unix.Close(c.fd) }
 
+// countRules counts the rules of one chain of table by a rule dump (see
+// encodeRuleDump). A missing table or chain counts no rule. An error
+// wrapping errNetlinkIO says the socket failed.
+func (c *nlConn) countRules(proto uint8, table, chain string) (int, error) {
+	c.seq++
+	seq := c.seq
+	if err := unix.Sendto(c.fd, encodeRuleDump(proto, table, chain, seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, fmt.Errorf("%w: send: %w", errNetlinkIO, err)
+	}
+	total := 0
+	deadline := time.Now().Add(nlTimeout)
+	for {
+		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: receive: %w", errNetlinkIO, err)
+		}
+		rules, done, err := countDumpedRules(c.buf[:n], seq)
+		total += rules
+		if done {
+			return total, err
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", errNetlinkIO, err)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: the rule dump did not end within %v", errNetlinkIO, nlTimeout)
+		}
+	}
+}
+
 // errNetlinkIO says the socket failed (not the transaction): the socket is
 // closed and the transaction's outcome is unknown.
 var errNetlinkIO = errors.New("netlink socket")

@@ -14,3 +14,5 @@ func openNetlink() (*nlConn, error) { return nil, errors.New("netlink: Linux onl
 func (c *nlConn) close() {}
 
 func (c *nlConn) run(*nlBatch) error { return errNetlinkIO }
+
+func (c *nlConn) countRules(uint8, string, string) (int, error) { return 0, errNetlinkIO }

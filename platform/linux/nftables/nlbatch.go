@@ -37,6 +37,12 @@ const (
 	nfnlMsgBatchEnd    = 0x11
 	nftMsgNewSetElem   = 12
 	nftMsgDelSetElem   = 14
+	nftMsgNewRule      = 6
+	nftMsgGetRule      = 7
+	nlmsgDone          = 3
+	nlmFDump           = 0x300 // NLM_F_ROOT | NLM_F_MATCH
+	nftaRuleTable      = 1
+	nftaRuleChain      = 2
 	nfprotoIPv4        = 2
 	nfprotoIPv6        = 10
 
@@ -228,6 +234,61 @@ func (b *nlBatch) size() int {
 	return n
 }
 
+// nfproto is the netfilter protocol family of an nftables family (ip and
+// ip6 only).
+func nfproto(family knftables.Family) (uint8, bool) {
+	switch family {
+	case knftables.IPv4Family:
+		return nfprotoIPv4, true
+	case knftables.IPv6Family:
+		return nfprotoIPv6, true
+	}
+	return 0, false
+}
+
+// encodeRuleDump encodes the request for a dump of the rules of one chain
+// of a table: the kernel filters the dump by table and chain, so its cost
+// is that chain's, not the table's.
+func encodeRuleDump(proto uint8, table, chain string, seq uint32) []byte {
+	w := &nlBuf{}
+	m := w.msg(nfnlSubsysNFTables<<8|nftMsgGetRule, nlmFRequest|nlmFDump, seq, proto, 0)
+	w.str(nftaRuleTable, table)
+	w.str(nftaRuleChain, chain)
+	w.endMsg(m)
+	return w.b
+}
+
+// countDumpedRules reads one buffer of a rule dump's answers to request
+// seq: the rules in it, whether the dump is done, and the kernel's error.
+// Messages of other requests are skipped.
+func countDumpedRules(b []byte, seq uint32) (rules int, done bool, err error) {
+	for len(b) >= 16 {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		typ := binary.NativeEndian.Uint16(b[4:6])
+		s := binary.NativeEndian.Uint32(b[8:12])
+		if l < 16 || l > len(b) {
+			return rules, false, fmt.Errorf("a truncated netlink message (%d bytes of %d)", len(b), l)
+		}
+		if s == seq {
+			switch {
+			case typ == nlmsgDone:
+				return rules, true, nil
+			case typ == nlmsgError:
+				if l >= 20 {
+					if n := int32(binary.NativeEndian.Uint32(b[16:20])); n != 0 {
+						return rules, true, errnoOf(-n)
+					}
+				}
+				return rules, true, nil
+			case typ == nfnlSubsysNFTables<<8|nftMsgNewRule:
+				rules++
+			}
+		}
+		b = b[(l+3)&^3:]
+	}
+	return rules, false, nil
+}
+
 // encodeBatch encodes element operations of family's kproxy table as one
 // nfnetlink batch, with sequence numbers from seq on. Consecutive
 // operations on one set with one verb share a message, as nft sends them.
@@ -235,13 +296,8 @@ func encodeBatch(family knftables.Family, ops []ElemOp, seq uint32, limit int) (
 	if len(ops) == 0 || len(ops) > limit {
 		return nil, fmt.Errorf("%w: %d operations", errNotEncodable, len(ops))
 	}
-	var proto uint8
-	switch family {
-	case knftables.IPv4Family:
-		proto = nfprotoIPv4
-	case knftables.IPv6Family:
-		proto = nfprotoIPv6
-	default:
+	proto, ok := nfproto(family)
+	if !ok {
 		return nil, fmt.Errorf("%w: family %q", errNotEncodable, family)
 	}
 	v6 := proto == nfprotoIPv6
@@ -394,6 +450,14 @@ func (s *ackState) read(buf []byte) error {
 }
 
 // errnoError is the error of a batch answered with errno n on message seq.
+// errnoOf is the kernel's error n (positive), ENOENT also ErrNotFound.
+func errnoOf(n int32) error {
+	if n == 2 {
+		return fmt.Errorf("netlink: %w: %w", syscall.Errno(n), ErrNotFound)
+	}
+	return fmt.Errorf("netlink: %w", syscall.Errno(n))
+}
+
 func errnoError(n int32, seq uint32, b *nlBatch) error {
 	what := "the commit"
 	if seq != b.begin {

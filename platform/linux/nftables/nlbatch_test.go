@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -309,5 +310,41 @@ func TestEncodeBatchBuffers(t *testing.T) {
 	}
 	if want := 40000*40 + 100; b.size() < want || b.size() > 2*want {
 		t.Errorf("batch of %d bytes for 40,000 elements", b.size())
+	}
+}
+
+// TestRuleDump: the request names the table and chain in a rule dump; the
+// answers count the rules of the request's sequence number only, end at
+// NLMSG_DONE, and a kernel error (ENOENT) is IsNotFound.
+func TestRuleDump(t *testing.T) {
+	req := encodeRuleDump(nfprotoIPv4, "kproxy", "services", 7)
+	if got := binary.NativeEndian.Uint16(req[4:6]); got != nfnlSubsysNFTables<<8|nftMsgGetRule {
+		t.Errorf("type %#x, want GETRULE", got)
+	}
+	if got := binary.NativeEndian.Uint16(req[6:8]); got != nlmFRequest|nlmFDump {
+		t.Errorf("flags %#x, want a dump request", got)
+	}
+	if req[16] != nfprotoIPv4 || !bytes.Contains(req, []byte("kproxy\x00")) || !bytes.Contains(req, []byte("services\x00")) {
+		t.Errorf("request %x lacks the family, table or chain", req)
+	}
+	msg := func(typ uint16, seq uint32, payload ...byte) []byte {
+		b := binary.NativeEndian.AppendUint32(nil, uint32(16+len(payload)))
+		b = binary.NativeEndian.AppendUint16(b, typ)
+		b = binary.NativeEndian.AppendUint16(b, 0)
+		b = binary.NativeEndian.AppendUint32(b, seq)
+		b = binary.NativeEndian.AppendUint32(b, 0)
+		return append(b, payload...)
+	}
+	rule := uint16(nfnlSubsysNFTables<<8 | nftMsgNewRule)
+	first := slices.Concat(msg(rule, 7, 2, 0, 0, 0), msg(rule, 6, 2, 0, 0, 0), msg(rule, 7, 2, 0, 0, 0))
+	if n, done, err := countDumpedRules(first, 7); n != 2 || done || err != nil {
+		t.Errorf("first part: %d rules, done %v, %v; want 2 (another request's skipped), not done", n, done, err)
+	}
+	if n, done, err := countDumpedRules(slices.Concat(msg(rule, 7, 2, 0, 0, 0), msg(nlmsgDone, 7, 0, 0, 0, 0)), 7); n != 1 || !done || err != nil {
+		t.Errorf("last part: %d rules, done %v, %v; want 1, done", n, done, err)
+	}
+	enoent := binary.NativeEndian.AppendUint32(nil, uint32(0xfffffffe)) // -2
+	if _, done, err := countDumpedRules(msg(nlmsgError, 7, enoent...), 7); !done || !IsNotFound(err) {
+		t.Errorf("ENOENT: done %v, %v; want done and IsNotFound", done, err)
 	}
 }

@@ -419,6 +419,15 @@ func (f *Fake) List(ctx context.Context, objectType string) ([]string, error) {
 	return all[strings.TrimSuffix(objectType, "s")], nil
 }
 
+// CountRules implements nftables.Interface.
+func (f *Fake) CountRules(ctx context.Context, chain string) (int, error) {
+	rs, err := f.ListRules(ctx, chain)
+	if nftables.IsNotFound(err) {
+		return 0, nil
+	}
+	return len(rs), err
+}
+
 // ListRules implements nftables.Interface (with the rule text).
 func (f *Fake) ListRules(_ context.Context, chain string) ([]*knftables.Rule, error) {
 	f.mu.Lock()
