@@ -206,25 +206,9 @@ func NewTracer(fam knftables.Family, m *Model) (*Tracer, error) {
 }
 
 func (t *Tracer) checkRefs(st nft.Stmt) error {
-	var chains, sets []string
-	switch x := st.(type) {
-	case *nft.Verdict:
-		chains = append(chains, x.Chain)
-	case *nft.VMap:
-		sets = append(sets, x.Map)
-	case *nft.DNAT:
-		if x.Map != "" {
-			sets = append(sets, x.Map)
-		}
-	case *nft.Update:
-		sets = append(sets, x.Set)
-	case *nft.Match:
-		if x.Set != "" {
-			sets = append(sets, x.Set)
-		}
-	}
+	chains, sets := refs(nft.Rule{st})
 	for _, c := range chains {
-		if c != "" && t.chains[c] == nil {
+		if t.chains[c] == nil {
 			return fmt.Errorf("no chain %s", c)
 		}
 	}
