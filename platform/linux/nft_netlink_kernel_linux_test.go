@@ -286,3 +286,35 @@ func TestKernelNFTCountRules(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelListTables: the tables listed over netlink are the ones nft
+// lists, every family's.
+func TestKernelListTables(t *testing.T) {
+	inNetns(t, func() {
+		script := "add table ip kproxy-lt\nadd table ip6 lt6\nadd table inet lt-inet\nadd table bridge lt-br\n"
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nft -f: %v: %s", err, out)
+		}
+		out, err := exec.Command("nft", "list", "tables").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "table" {
+				want = append(want, f[1]+" "+f[2])
+			}
+		}
+		got, err := nftables.ListTables()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if len(want) < 4 || !slices.Equal(got, want) {
+			t.Errorf("over netlink %v, nft lists %v", got, want)
+		}
+	})
+}

@@ -13,6 +13,7 @@ import (
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/kproxy/kproxy/platform/linux/conntrack"
+	"github.com/kproxy/kproxy/platform/linux/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -246,6 +247,10 @@ type execNFT struct{}
 func (execNFT) ListTables(ctx context.Context) ([]string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, nil
+	}
+	// Over netlink: "nft list tables" reads every table whole first.
+	if tables, err := nftables.ListTables(); err == nil {
+		return tables, nil
 	}
 	out, err := exec.CommandContext(ctx, "nft", "list", "tables").Output()
 	if err != nil {

@@ -16,3 +16,6 @@ func (c *nlConn) close() {}
 func (c *nlConn) run(*nlBatch) error { return errNetlinkIO }
 
 func (c *nlConn) countRules(uint8, string, string) (int, error) { return 0, errNetlinkIO }
+
+// ListTables exists on Linux only.
+func ListTables() ([]string, error) { return nil, errors.New("netlink: Linux only") }

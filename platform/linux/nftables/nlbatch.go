@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ const (
 	nfnlMsgBatchEnd    = 0x11
 	nftMsgNewSetElem   = 12
 	nftMsgDelSetElem   = 14
+	nftMsgNewTable     = 0
+	nftMsgGetTable     = 1
+	nftaTableName      = 1
 	nftMsgNewRule      = 6
 	nftMsgGetRule      = 7
 	nlmsgDone          = 3
@@ -256,6 +260,75 @@ func encodeRuleDump(proto uint8, table, chain string, seq uint32) []byte {
 	w.str(nftaRuleChain, chain)
 	w.endMsg(m)
 	return w.b
+}
+
+// encodeTableDump encodes the request for a dump of every table of every
+// family (names only: the kernel sends no chain, set or element).
+func encodeTableDump(seq uint32) []byte {
+	w := &nlBuf{}
+	m := w.msg(nfnlSubsysNFTables<<8|nftMsgGetTable, nlmFRequest|nlmFDump, seq, 0, 0)
+	w.endMsg(m)
+	return w.b
+}
+
+// familyNames are nftables' family names by netfilter protocol number.
+var familyNames = map[uint8]string{1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
+
+// dumpedTables reads one buffer of a table dump's answers to request seq:
+// "family name" of each table in it, whether the dump is done, and the
+// kernel's error.
+func dumpedTables(b []byte, seq uint32) (tables []string, done bool, err error) {
+	for len(b) >= 16 {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		typ := binary.NativeEndian.Uint16(b[4:6])
+		s := binary.NativeEndian.Uint32(b[8:12])
+		if l < 16 || l > len(b) {
+			return tables, false, fmt.Errorf("a truncated netlink message (%d bytes of %d)", len(b), l)
+		}
+		if s == seq {
+			switch {
+			case typ == nlmsgDone:
+				return tables, true, nil
+			case typ == nlmsgError:
+				if l >= 20 {
+					if n := int32(binary.NativeEndian.Uint32(b[16:20])); n != 0 {
+						return tables, true, errnoOf(-n)
+					}
+				}
+				return tables, true, nil
+			case typ == nfnlSubsysNFTables<<8|nftMsgNewTable && l >= 20:
+				fam, ok := familyNames[b[16]]
+				if !ok {
+					fam = fmt.Sprintf("family-%d", b[16])
+				}
+				if name, ok := stringAttr(b[20:l], nftaTableName); ok {
+					tables = append(tables, fam+" "+name)
+				}
+			}
+		}
+		b = b[(l+3)&^3:]
+	}
+	return tables, false, nil
+}
+
+// stringAttr returns the NUL-terminated string attribute typ of attrs.
+func stringAttr(attrs []byte, typ uint16) (string, bool) {
+	for len(attrs) >= 4 {
+		l := int(binary.NativeEndian.Uint16(attrs[0:2]))
+		t := binary.NativeEndian.Uint16(attrs[2:4]) &^ nlaFNested
+		if l < 4 || l > len(attrs) {
+			return "", false
+		}
+		if t == typ {
+			v := attrs[4:l]
+			if i := bytes.IndexByte(v, 0); i >= 0 {
+				v = v[:i]
+			}
+			return string(v), true
+		}
+		attrs = attrs[(l+3)&^3:]
+	}
+	return "", false
 }
 
 // countDumpedRules reads one buffer of a rule dump's answers to request

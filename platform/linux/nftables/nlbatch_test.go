@@ -348,3 +348,37 @@ func TestRuleDump(t *testing.T) {
 		t.Errorf("ENOENT: done %v, %v; want done and IsNotFound", done, err)
 	}
 }
+
+// TestTableDump: the request is a dump of every family's tables; the
+// answers give "family name" per table of the request, end at NLMSG_DONE.
+func TestTableDump(t *testing.T) {
+	req := encodeTableDump(9)
+	if got := binary.NativeEndian.Uint16(req[4:6]); got != nfnlSubsysNFTables<<8|nftMsgGetTable || req[16] != 0 {
+		t.Errorf("request %x: want GETTABLE for every family", req)
+	}
+	table := func(seq uint32, fam uint8, name string) []byte {
+		attr := binary.NativeEndian.AppendUint16(nil, uint16(4+len(name)+1))
+		attr = binary.NativeEndian.AppendUint16(attr, nftaTableName)
+		attr = append(append(attr, name...), 0)
+		for len(attr)%4 != 0 {
+			attr = append(attr, 0)
+		}
+		b := binary.NativeEndian.AppendUint32(nil, uint32(20+len(attr)))
+		b = binary.NativeEndian.AppendUint16(b, nfnlSubsysNFTables<<8|nftMsgNewTable)
+		b = binary.NativeEndian.AppendUint16(b, 0)
+		b = binary.NativeEndian.AppendUint32(b, seq)
+		b = binary.NativeEndian.AppendUint32(b, 0)
+		b = append(b, fam, 0, 0, 0)
+		return append(b, attr...)
+	}
+	done := binary.NativeEndian.AppendUint32(nil, 20)
+	done = binary.NativeEndian.AppendUint16(done, nlmsgDone)
+	done = binary.NativeEndian.AppendUint16(done, 0)
+	done = binary.NativeEndian.AppendUint32(done, 9)
+	done = binary.NativeEndian.AppendUint32(done, 0)
+	done = binary.NativeEndian.AppendUint32(done, 0)
+	got, end, err := dumpedTables(slices.Concat(table(9, 2, "kproxy"), table(8, 2, "other"), table(9, 10, "kube-proxy"), table(9, 1, "filter"), done), 9)
+	if want := "ip kproxy,ip6 kube-proxy,inet filter"; strings.Join(got, ",") != want || !end || err != nil {
+		t.Errorf("tables %v, done %v, %v; want %s, done", got, end, err, want)
+	}
+}
