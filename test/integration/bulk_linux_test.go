@@ -16,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -24,8 +25,12 @@ import (
 )
 
 // etcdTxnOps is how many puts one etcd transaction carries (etcd's
-// --max-txn-ops default is 128).
-const etcdTxnOps = 128
+// --max-txn-ops default is 128); a Service takes three (itself, its
+// ClusterIP's IPAddress, its slice).
+const (
+	etcdTxnOps     = 128
+	servicesPerTxn = etcdTxnOps / 3
+)
 
 // storageCodec encodes objects as kube-apiserver stores them: protobuf,
 // with the "k8s\x00" prefix and the type in the envelope.
@@ -41,9 +46,12 @@ var storageCodec = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
 // measures are ordinary API writes. Creating 200,000 objects through the
 // API takes most of an hour on this machine (each Service also allocates
 // an IPAddress object); etcd's JSON gateway takes them in transactions of
-// etcdTxnOps in about a minute. The IP allocator does not know these
-// ClusterIPs (its repair loop adopts them later), so nothing may create a
-// Service through the API afterwards: the probe Service is created before.
+// etcdTxnOps in about a minute. Each ClusterIP gets its IPAddress object,
+// as the IP allocator creates it (without it the allocator's repair loop
+// would spend minutes creating 100,000 of them during the measurement);
+// the allocator's own cache may still miss them for a while, so nothing
+// creates a Service through the API afterwards: the probe Service is
+// created before.
 func (w *benchWorld) loadStorage(ctx context.Context, svcRange netip.Prefix) {
 	b := w.b
 	taken := map[netip.Addr]bool{}
@@ -79,18 +87,19 @@ func (w *benchWorld) loadStorage(ctx context.Context, svcRange netip.Prefix) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				first := int(next.Add(etcdTxnOps/2)) - etcdTxnOps/2
+				first := int(next.Add(servicesPerTxn)) - servicesPerTxn
 				if first >= w.n || ctx.Err() != nil {
 					return
 				}
 				var puts []etcdPut
-				for i := first; i < min(first+etcdTxnOps/2, w.n); i++ {
-					svc, slice := storedBenchObjects(i, ips[i], w.eps, now)
+				for i := first; i < min(first+servicesPerTxn, w.n); i++ {
+					svc, ipa, slice := storedBenchObjects(i, ips[i], w.eps, now)
 					for _, o := range []struct {
 						key string
 						obj runtime.Object
 					}{
 						{"/registry/services/specs/" + benchNamespace + "/" + svc.Name, svc},
+						{"/registry/ipaddresses/" + ipa.Name, ipa},
 						{"/registry/endpointslices/" + benchNamespace + "/" + slice.Name, slice},
 					} {
 						v, err := runtime.Encode(storageCodec, o.obj)
@@ -129,14 +138,15 @@ func (w *benchWorld) loadStorage(ctx context.Context, svcRange netip.Prefix) {
 	}
 	took := time.Since(begin)
 	w.loadTook = took
-	b.Logf("put %d Services × %d endpoints (%d objects) into etcd in %v (%.0f objects/s; load average %s → %s)",
-		w.n, w.eps, 2*w.n, took.Round(100*time.Millisecond), float64(2*w.n)/took.Seconds(), load0, loadAvg())
+	b.Logf("put %d Services × %d endpoints (%d objects with the IPAddresses) into etcd in %v (%.0f objects/s; load average %s → %s)",
+		w.n, w.eps, 3*w.n, took.Round(100*time.Millisecond), float64(3*w.n)/took.Seconds(), load0, loadAvg())
 	b.ReportMetric(took.Seconds(), "load-s")
 }
 
-// storedBenchObjects are Service i and its IPv4 slice as kube-apiserver
-// stores them: type meta set, defaults filled in, no resourceVersion.
-func storedBenchObjects(i int, ip netip.Addr, eps int, created metav1.Time) (*v1.Service, *discovery.EndpointSlice) {
+// storedBenchObjects are Service i, its ClusterIP's IPAddress and its IPv4
+// slice as kube-apiserver stores them: type meta set, defaults filled in,
+// no resourceVersion.
+func storedBenchObjects(i int, ip netip.Addr, eps int, created metav1.Time) (*v1.Service, *networking.IPAddress, *discovery.EndpointSlice) {
 	single, cluster := v1.IPFamilyPolicySingleStack, v1.ServiceInternalTrafficPolicyCluster
 	svc := benchService(i)
 	svc.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}
@@ -148,13 +158,19 @@ func storedBenchObjects(i int, ip netip.Addr, eps int, created metav1.Time) (*v1
 	svc.Spec.IPFamilyPolicy = &single
 	svc.Spec.SessionAffinity = v1.ServiceAffinityNone
 	svc.Spec.InternalTrafficPolicy = &cluster
+	ipa := &networking.IPAddress{
+		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "IPAddress"},
+		ObjectMeta: metav1.ObjectMeta{Name: ip.String(), UID: uuid.NewUUID(), CreationTimestamp: created,
+			Labels: map[string]string{networking.LabelIPAddressFamily: string(v1.IPv4Protocol), networking.LabelManagedBy: "ipallocator.k8s.io"}},
+		Spec: networking.IPAddressSpec{ParentRef: &networking.ParentReference{Resource: "services", Namespace: svc.Namespace, Name: svc.Name}},
+	}
 	slice := benchSlice(svc, i*eps, eps)
 	AsController(svc, created.Time, slice)
 	slice.TypeMeta = metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"}
 	slice.UID = uuid.NewUUID()
 	slice.CreationTimestamp = created
 	slice.Generation = 1
-	return svc, slice
+	return svc, ipa, slice
 }
 
 type etcdPut struct {
