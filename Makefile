@@ -339,13 +339,16 @@ test-differential: controlplane
 # BENCH_MODES (iptables: once per BENCH_FLAVOURS) (root; docs/benchmarks.md
 # has the results).
 # Example: make bench-cluster BENCH_SERVICES=5000 BENCH_MODES=nftables
+# BENCH_LOADER=etcd puts the Services straight into etcd (seconds instead
+# of minutes; for 50,000 and 100,000 Services).
 BENCH_SERVICES ?= 1000,5000,10000
 BENCH_FLAVOURS ?= legacy,nft
 BENCH_MODES ?= iptables,nftables
+BENCH_LOADER ?= api
 bench-cluster: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
 		./test/integration/ -args -cluster-bench-services=$(BENCH_SERVICES) -cluster-bench-flavours=$(BENCH_FLAVOURS) \
-		-cluster-bench-modes=$(BENCH_MODES)
+		-cluster-bench-modes=$(BENCH_MODES) -cluster-bench-loader=$(BENCH_LOADER)
 
 # bench-churn: at BENCH_CHURN_SERVICES Services × 10 endpoints, BENCH_CHURN_RATE
 # EndpointSlice updates per second for BENCH_CHURN_SECONDS (a rolling restart
