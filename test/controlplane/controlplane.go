@@ -234,9 +234,14 @@ func (cp *ControlPlane) EtcdURL() string { return cp.opts.etcdClientURL() }
 // JSON gateway (/v3/kv/...): the benchmarks load large clusters straight
 // into storage with it.
 func (cp *ControlPlane) EtcdClient() *http.Client {
-	c := cp.httpClient(nil)
-	c.Timeout = time.Minute
-	return c
+	return &http.Client{
+		Timeout: time.Minute,
+		Transport: &http.Transport{
+			DialContext:         cp.opts.Dial,
+			MaxIdleConnsPerHost: 32,
+			Proxy:               nil,
+		},
+	}
 }
 
 func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {

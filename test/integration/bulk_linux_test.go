@@ -24,13 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// etcdTxnOps is how many puts one etcd transaction carries (etcd's
-// --max-txn-ops default is 128); a Service takes three (itself, its
-// ClusterIP's IPAddress, its slice).
-const (
-	etcdTxnOps     = 128
-	servicesPerTxn = etcdTxnOps / 3
-)
+// loadWriters is how many puts the storage loader keeps in flight.
+const loadWriters = 16
 
 // storageCodec encodes objects as kube-apiserver stores them: protobuf,
 // with the "k8s\x00" prefix and the type in the envelope.
@@ -84,39 +79,32 @@ func (w *benchWorld) loadStorage(ctx context.Context, svcRange netip.Prefix) {
 	var errs []error
 	var wg sync.WaitGroup
 	client, url := w.ControlPlane.EtcdClient(), w.ControlPlane.EtcdURL()
-	for range 4 {
+	for range loadWriters {
 		wg.Go(func() {
 			for {
-				first := int(next.Add(servicesPerTxn)) - servicesPerTxn
-				if first >= w.n || ctx.Err() != nil {
+				i := int(next.Add(1)) - 1
+				if i >= w.n || ctx.Err() != nil {
 					return
 				}
-				var puts []etcdPut
-				for i := first; i < min(first+servicesPerTxn, w.n); i++ {
-					svc, ipa, slice := storedBenchObjects(i, ips[i], w.eps, now)
-					for _, o := range []struct {
-						key string
-						obj runtime.Object
-					}{
-						{"/registry/services/specs/" + benchNamespace + "/" + svc.Name, svc},
-						{"/registry/ipaddresses/" + ipa.Name, ipa},
-						{"/registry/endpointslices/" + benchNamespace + "/" + slice.Name, slice},
-					} {
-						v, err := runtime.Encode(storageCodec, o.obj)
-						if err != nil {
-							mu.Lock()
-							errs = append(errs, fmt.Errorf("encoding %s: %w", o.key, err))
-							mu.Unlock()
-							return
-						}
-						puts = append(puts, etcdPut{o.key, v})
+				svc, ipa, slice := storedBenchObjects(i, ips[i], w.eps, now)
+				for _, o := range []struct {
+					key string
+					obj runtime.Object
+				}{
+					{"/registry/services/specs/" + benchNamespace + "/" + svc.Name, svc},
+					{"/registry/ipaddresses/" + ipa.Name, ipa},
+					{"/registry/endpointslices/" + benchNamespace + "/" + slice.Name, slice},
+				} {
+					v, err := runtime.Encode(storageCodec, o.obj)
+					if err == nil {
+						err = etcdPutOne(ctx, client, url, o.key, v)
 					}
-				}
-				if err := etcdTxn(ctx, client, url, puts); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %w", o.key, err))
+						mu.Unlock()
+						return
+					}
 				}
 			}
 		})
@@ -128,7 +116,10 @@ func (w *benchWorld) loadStorage(ctx context.Context, svcRange netip.Prefix) {
 	// Wait until the API server serves them all (a consistent list).
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		l, err := w.Admin.DiscoveryV1().EndpointSlices(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil && l.RemainingItemCount != nil && int(*l.RemainingItemCount)+len(l.Items) >= w.n {
+		sl, err2 := w.Admin.CoreV1().Services(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
+		err = errors.Join(err, err2)
+		if err == nil && l.RemainingItemCount != nil && int(*l.RemainingItemCount)+len(l.Items) >= w.n &&
+			sl.RemainingItemCount != nil && int(*sl.RemainingItemCount)+len(sl.Items) >= w.n {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -173,46 +164,28 @@ func storedBenchObjects(i int, ip netip.Addr, eps int, created metav1.Time) (*v1
 	return svc, ipa, slice
 }
 
-type etcdPut struct {
-	key   string
-	value []byte
-}
-
-// etcdTxn puts every pair in one transaction through etcd's JSON gateway.
-func etcdTxn(ctx context.Context, c *http.Client, url string, puts []etcdPut) error {
-	type put struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-	}
-	type op struct {
-		RequestPut put `json:"requestPut"`
-	}
-	var body struct {
-		Success []op `json:"success"`
-	}
-	for _, p := range puts {
-		body.Success = append(body.Success, op{put{base64.StdEncoding.EncodeToString([]byte(p.key)), base64.StdEncoding.EncodeToString(p.value)}})
-	}
-	data, err := json.Marshal(body)
+// etcdPutOne puts one key through etcd's JSON gateway.
+func etcdPutOne(ctx context.Context, c *http.Client, url, key string, value []byte) error {
+	data, err := json.Marshal(map[string]string{
+		"key":   base64.StdEncoding.EncodeToString([]byte(key)),
+		"value": base64.StdEncoding.EncodeToString(value),
+	})
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v3/kv/txn", bytes.NewReader(data))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v3/kv/put", bytes.NewReader(data))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("etcd txn: %w", err)
+		return fmt.Errorf("etcd put: %w", err)
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
-	var r struct {
-		Succeeded bool `json:"succeeded"`
-	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(out, &r) != nil || !r.Succeeded {
-		return fmt.Errorf("etcd txn of %d puts: %s: %s", len(puts), resp.Status, bytes.TrimSpace(out))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"header"`)) {
+		return fmt.Errorf("etcd put: %s: %s", resp.Status, bytes.TrimSpace(out))
 	}
 	return nil
 }
