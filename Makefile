@@ -364,7 +364,8 @@ BENCH_CHURN_MODES ?= nftables,kube-proxy-nftables
 bench-churn: controlplane
 	KPROXY_KERNEL_TESTS=1 $(GO) test -run '^$$' -bench BenchmarkCluster -benchtime 1x -timeout 240m \
 		./test/integration/ -args -cluster-bench-services=$(BENCH_CHURN_SERVICES) -cluster-bench-modes=$(BENCH_CHURN_MODES) \
-		-cluster-bench-connections=0 -cluster-bench-churn-rate=$(BENCH_CHURN_RATE) -cluster-bench-churn-seconds=$(BENCH_CHURN_SECONDS)
+		-cluster-bench-connections=0 -cluster-bench-churn-rate=$(BENCH_CHURN_RATE) -cluster-bench-churn-seconds=$(BENCH_CHURN_SECONDS) \
+		-cluster-bench-loader=etcd
 
 # tools: helm (v4) and promtool built from hack/tools, a Go module of its own
 # (helm's and Prometheus's dependencies stay out of kproxy's go.mod and out
