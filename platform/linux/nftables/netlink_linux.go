@@ -57,6 +57,35 @@ func openNetlink() (*nlConn, error) {
 
 func (c *nlConn) close() { unix.Close(c.fd) }
 
+// dump sends a dump request (sequence number seq) and hands each buffer
+// of answers to read until it says the dump is done; a socket error wraps
+// errNetlinkIO.
+func (c *nlConn) dump(req []byte, seq uint32, read func([]byte) (done bool, err error)) error {
+	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("%w: send: %w", errNetlinkIO, err)
+	}
+	deadline := time.Now().Add(nlTimeout)
+	for {
+		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: receive: %w", errNetlinkIO, err)
+		}
+		done, err := read(c.buf[:n])
+		if done {
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", errNetlinkIO, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the dump did not end within %v", errNetlinkIO, nlTimeout)
+		}
+	}
+}
+
 // ListTables lists every nftables table of the current network namespace
 // as "family name", by a table dump over netlink on a socket of its own:
 // the kernel sends the tables' names only, where "nft list tables" reads
@@ -70,28 +99,16 @@ func ListTables() ([]string, error) {
 	defer c.close()
 	c.seq++
 	seq := c.seq
-	if err := unix.Sendto(c.fd, encodeTableDump(seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("netlink: asking for the tables: %w", err)
-	}
 	var out []string
-	deadline := time.Now().Add(nlTimeout)
-	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("netlink: reading the tables: %w", err)
-		}
-		tables, done, err := dumpedTables(c.buf[:n], seq)
+	err = c.dump(encodeTableDump(seq), seq, func(b []byte) (bool, error) {
+		tables, done, err := dumpedTables(b, seq)
 		out = append(out, tables...)
-		if done || err != nil {
-			return out, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("netlink: the table dump did not end within %v", nlTimeout)
-		}
+		return done, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netlink: listing the tables: %w", err)
 	}
+	return out, nil
 }
 
 // countRules counts the rules of one chain of table by a rule dump (see
@@ -100,31 +117,13 @@ func ListTables() ([]string, error) {
 func (c *nlConn) countRules(proto uint8, table, chain string) (int, error) {
 	c.seq++
 	seq := c.seq
-	if err := unix.Sendto(c.fd, encodeRuleDump(proto, table, chain, seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, fmt.Errorf("%w: send: %w", errNetlinkIO, err)
-	}
 	total := 0
-	deadline := time.Now().Add(nlTimeout)
-	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("%w: receive: %w", errNetlinkIO, err)
-		}
-		rules, done, err := countDumpedRules(c.buf[:n], seq)
+	err := c.dump(encodeRuleDump(proto, table, chain, seq), seq, func(b []byte) (bool, error) {
+		rules, done, err := countDumpedRules(b, seq)
 		total += rules
-		if done {
-			return total, err
-		}
-		if err != nil {
-			return 0, fmt.Errorf("%w: %w", errNetlinkIO, err)
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%w: the rule dump did not end within %v", errNetlinkIO, nlTimeout)
-		}
-	}
+		return done, err
+	})
+	return total, err
 }
 
 // errNetlinkIO says the socket failed (not the transaction): the socket is

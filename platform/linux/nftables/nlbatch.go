@@ -274,41 +274,55 @@ func encodeTableDump(seq uint32) []byte {
 // familyNames are nftables' family names by netfilter protocol number.
 var familyNames = map[uint8]string{1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
 
-// dumpedTables reads one buffer of a table dump's answers to request seq:
-// "family name" of each table in it, whether the dump is done, and the
-// kernel's error.
-func dumpedTables(b []byte, seq uint32) (tables []string, done bool, err error) {
+// walkDump reads one buffer of a dump's answers to request seq: each is
+// called with every message of the request but the end (NLMSG_DONE) and
+// an error; messages of other requests are skipped. It reports whether
+// the dump is done, and the kernel's error.
+func walkDump(b []byte, seq uint32, each func(typ uint16, msg []byte)) (done bool, err error) {
 	for len(b) >= 16 {
 		l := int(binary.NativeEndian.Uint32(b[0:4]))
 		typ := binary.NativeEndian.Uint16(b[4:6])
 		s := binary.NativeEndian.Uint32(b[8:12])
 		if l < 16 || l > len(b) {
-			return tables, false, fmt.Errorf("a truncated netlink message (%d bytes of %d)", len(b), l)
+			return false, fmt.Errorf("a truncated netlink message (%d bytes of %d)", len(b), l)
 		}
 		if s == seq {
-			switch {
-			case typ == nlmsgDone:
-				return tables, true, nil
-			case typ == nlmsgError:
+			switch typ {
+			case nlmsgDone:
+				return true, nil
+			case nlmsgError:
 				if l >= 20 {
 					if n := int32(binary.NativeEndian.Uint32(b[16:20])); n != 0 {
-						return tables, true, errnoOf(-n)
+						return true, errnoOf(-n)
 					}
 				}
-				return tables, true, nil
-			case typ == nfnlSubsysNFTables<<8|nftMsgNewTable && l >= 20:
-				fam, ok := familyNames[b[16]]
-				if !ok {
-					fam = fmt.Sprintf("family-%d", b[16])
-				}
-				if name, ok := stringAttr(b[20:l], nftaTableName); ok {
-					tables = append(tables, fam+" "+name)
-				}
+				return true, nil
+			default:
+				each(typ, b[:l])
 			}
 		}
 		b = b[(l+3)&^3:]
 	}
-	return tables, false, nil
+	return false, nil
+}
+
+// dumpedTables reads one buffer of a table dump's answers to request seq:
+// "family name" of each table in it, whether the dump is done, and the
+// kernel's error.
+func dumpedTables(b []byte, seq uint32) (tables []string, done bool, err error) {
+	done, err = walkDump(b, seq, func(typ uint16, m []byte) {
+		if typ != nfnlSubsysNFTables<<8|nftMsgNewTable || len(m) < 20 {
+			return
+		}
+		fam, ok := familyNames[m[16]]
+		if !ok {
+			fam = fmt.Sprintf("family-%d", m[16])
+		}
+		if name, ok := stringAttr(m[20:], nftaTableName); ok {
+			tables = append(tables, fam+" "+name)
+		}
+	})
+	return tables, done, err
 }
 
 // stringAttr returns the NUL-terminated string attribute typ of attrs.
@@ -333,33 +347,13 @@ func stringAttr(attrs []byte, typ uint16) (string, bool) {
 
 // countDumpedRules reads one buffer of a rule dump's answers to request
 // seq: the rules in it, whether the dump is done, and the kernel's error.
-// Messages of other requests are skipped.
 func countDumpedRules(b []byte, seq uint32) (rules int, done bool, err error) {
-	for len(b) >= 16 {
-		l := int(binary.NativeEndian.Uint32(b[0:4]))
-		typ := binary.NativeEndian.Uint16(b[4:6])
-		s := binary.NativeEndian.Uint32(b[8:12])
-		if l < 16 || l > len(b) {
-			return rules, false, fmt.Errorf("a truncated netlink message (%d bytes of %d)", len(b), l)
+	done, err = walkDump(b, seq, func(typ uint16, _ []byte) {
+		if typ == nfnlSubsysNFTables<<8|nftMsgNewRule {
+			rules++
 		}
-		if s == seq {
-			switch {
-			case typ == nlmsgDone:
-				return rules, true, nil
-			case typ == nlmsgError:
-				if l >= 20 {
-					if n := int32(binary.NativeEndian.Uint32(b[16:20])); n != 0 {
-						return rules, true, errnoOf(-n)
-					}
-				}
-				return rules, true, nil
-			case typ == nfnlSubsysNFTables<<8|nftMsgNewRule:
-				rules++
-			}
-		}
-		b = b[(l+3)&^3:]
-	}
-	return rules, false, nil
+	})
+	return rules, done, err
 }
 
 // encodeBatch encodes element operations of family's kproxy table as one
