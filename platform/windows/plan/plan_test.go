@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -299,5 +300,25 @@ func TestLBSpecHNS(t *testing.T) {
 	if !ep.IsRemote() || ep.ProviderAddress() != "10.0.0.2" || ep.MacAddress != "02-11-0a-f4-02-05" ||
 		ep.HostComputeNetwork != "net-1" || !strings.HasPrefix(ep.Name, EndpointNamePrefix) {
 		t.Errorf("remote endpoint = %+v", ep)
+	}
+}
+
+// TestPreserveAndLocalWithoutDSR: on HNS without DSR, a Service both
+// annotated preserve-destination and externalTrafficPolicy Local gets both
+// warnings (the LB IP cannot keep the destination; the NodePort cannot keep
+// the client's source).
+func TestPreserveAndLocalWithoutDSR(t *testing.T) {
+	f := baseFacts(wt.L2Bridge)
+	f.Caps.DSR = false
+	sp := wt.SvcPort("keep-local", v1.ProtocolTCP, "10.96.0.41", 80, wt.NodePort(30041), wt.LBIPs("192.168.70.9"), wt.PreserveDestination(),
+		wt.ExternalLocal(), wt.Eps(wt.LocalEP("10.244.1.5", 8080), wt.RemoteEP("10.244.2.5", 8080)))
+	p := Build(f, wt.View(wt.Snap(nil, sp), f.Family), nil)
+	var reasons []string
+	for _, w := range p.Warnings {
+		reasons = append(reasons, w.Reason)
+	}
+	slices.Sort(reasons)
+	if want := []string{ReasonLocalPolicyWithoutDSR, ReasonPreserveDestinationUnsupported}; !slices.Equal(reasons, want) {
+		t.Errorf("warnings %v, want %v", reasons, want)
 	}
 }

@@ -325,14 +325,18 @@ func (b *portPlanner) plan(p *intent.Port) *portResult {
 	wantsDSR, keeps := false, false
 	for _, fe := range p.External() {
 		r := fe.Routes[intent.FromOutside]
-		wantsDSR = wantsDSR || (r.Verdict == intent.DNAT && !r.Masquerade)
-		keeps = keeps || r.PreserveDestination
+		if r.PreserveDestination {
+			keeps = true
+		} else {
+			wantsDSR = wantsDSR || (r.Verdict == intent.DNAT && !r.Masquerade)
+		}
 	}
 	if !f.Caps.DSR {
 		if keeps {
 			b.warn(ReasonPreserveDestinationUnsupported,
 				"preserve-destination without DSR support in HNS: the NodePort and load balancer IPs still go only to endpoints on this node, but the destination is not kept")
-		} else if wantsDSR {
+		}
+		if wantsDSR {
 			b.warn(ReasonLocalPolicyWithoutDSR,
 				"externalTrafficPolicy Local without DSR support in HNS: traffic still goes only to endpoints on this node, but the client source IP is not preserved")
 		}
