@@ -67,7 +67,7 @@ image-windows:
 # test: everything CI runs, in this order. The control plane (etcd and
 # kube-apiserver built from Go modules, many minutes cold) is built first so
 # that no test package meets a cold build inside its go test deadline.
-test: controlplane vet test-unit test-fuzz test-kernel test-image test-windows test-integration test-tools
+test: controlplane vet test-unit test-fuzz test-kernel test-image test-windows test-integration test-tools test-cluster
 
 test-unit:
 	$(GO) test -race -count=1 ./...
@@ -205,6 +205,26 @@ conformance: conformance-binaries cluster-tool conformance-tool $(if $(filter kp
 conformance-all: conformance-binaries cluster-tool conformance-tool images
 	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CLUSTER_DIR) -nodes $(NODES) \
 		-kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar $(if $(FOCUS),-focus '$(FOCUS)') all
+
+# test-cluster: the real cluster in CI (make test's last stage). First
+# TestMakeCluster: README's quick start through make cluster (kproxy's
+# DaemonSet, make images' image, kubectl apply -k of the kubeadm overlay,
+# iptables mode), traffic by Service name, ClusterIP and NodePort, then the
+# daemon killed with SIGKILL and make cluster-down leaving nothing. Then
+# upstream's 15 [Conformance] specs of test/e2e/network/service.go
+# (CLUSTER_SLICE_FOCUS) on a new cluster with kproxy in the nftables mode:
+# it fails when a test fails, when none passed, or when evidence.txt does
+# not show one kproxy pod on each node all along and each node's last sync
+# moving during the suite; the cluster is taken down whatever the result.
+# Root; builds the cluster's binaries and e2e.test (README has the times).
+CLUSTER_SLICE_FOCUS ?= \[sig-network\] Services .*\[Conformance\]
+CI_CLUSTER_DIR      ?= /tmp/kproxy-ci-cluster
+.PHONY: test-cluster
+test-cluster: conformance-binaries cluster-tool conformance-tool images
+	KPROXY_KERNEL_TESTS=1 $(GO) test -count=1 -timeout 20m -run '^TestMakeCluster$$' ./test/cluster/
+	@$(KPROXY_CONFORMANCE) -cluster-tool $(KPROXY_CLUSTER) -dir $(CI_CLUSTER_DIR) -proxy kproxy -mode nftables -nodes $(NODES) -fresh -down -require-passed \
+		-kproxy-image $(IMAGE_DIR)/kproxy-linux-amd64.oci.tar -focus '$(CLUSTER_SLICE_FOCUS)' \
+		-report-dir $(CURDIR)/.build/conformance/ci-kproxy-nftables run
 
 # conformance-fault: the proof that the suite catches a broken proxy. kproxy
 # built with the test-only tag kproxy_fault_ignore_etp (it sees every

@@ -46,6 +46,12 @@ type Options struct {
 	// ClusterTool is the kproxy-cluster binary that runs the cluster
 	// (default <Root>/.build/kproxy-cluster, make cluster-tool's).
 	ClusterTool string
+	// Down takes the cluster down when the run ends, whatever its result
+	// (make test-cluster).
+	Down bool
+	// RequirePassed fails a run in which no test passed (a focus that
+	// selects nothing).
+	RequirePassed bool
 }
 
 func (o *Options) defaults() {
@@ -75,12 +81,16 @@ func (o *Options) defaults() {
 // ErrFailures is returned (wrapped) when the suite ran and tests failed.
 var ErrFailures = errors.New("tests failed")
 
+// ErrEvidence is returned (wrapped) when the run does not prove which
+// proxy programmed the nodes (CheckEvidence).
+var ErrEvidence = errors.New("the proof of which proxy ran fails")
+
 // Execute makes sure make cluster's cluster runs with the proxy and mode
 // asked for (a running one with others is taken down first), runs the
 // suite against it, and writes into ReportDir: junit_01.xml (the suite's),
 // e2e.log (its output), summary.md (Summary), evidence.txt and the proxy
 // pods' logs. It returns the results; ErrFailures when a test failed.
-func Execute(ctx context.Context, o Options) (Results, error) {
+func Execute(ctx context.Context, o Options) (_ Results, err error) {
 	o.defaults()
 	if err := cluster.CheckProxy(o.Proxy, o.Mode); err != nil {
 		return Results{}, err
@@ -103,6 +113,14 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 			}
 		}
 		say("make cluster PROXY=%s MODE=%s", o.Proxy, o.Mode)
+	}
+	if o.Down {
+		defer func() {
+			// The run's context may have ended: the cluster still goes.
+			if downErr := cluster.Down(context.WithoutCancel(ctx), co); downErr != nil {
+				err = errors.Join(err, fmt.Errorf("make cluster-down: %w", downErr))
+			}
+		}()
 	}
 	if err := cluster.Up(ctx, co); err != nil {
 		return Results{}, err
@@ -134,7 +152,17 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 	suiteErr := runSuite(ctx, st, r, filepath.Join(o.ReportDir, "e2e.log"), o.Out)
 	after := ev.collect(ctx)
 	ev.saveLogs(ctx, o.ReportDir, o.Proxy)
-	evidenceText := "before the suite:\n" + before + "\nafter the suite:\n" + after
+	var nodes []string
+	for _, n := range st.Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	evidenceErr := CheckEvidence(o.Proxy, nodes, before, after)
+	evidenceText := "before the suite:\n" + before.String() + "\nafter the suite:\n" + after.String()
+	if evidenceErr != nil {
+		evidenceText += "\nTHE PROOF FAILS:\n" + evidenceErr.Error() + "\n"
+	} else {
+		evidenceText += fmt.Sprintf("\nchecked: one %s pod on each node all along, no other proxy, every node synced during the suite\n", o.Proxy)
+	}
 	if err := os.WriteFile(filepath.Join(o.ReportDir, "evidence.txt"), []byte(evidenceText), 0o644); err != nil {
 		return Results{}, err
 	}
@@ -162,13 +190,20 @@ func Execute(ctx context.Context, o Options) (Results, error) {
 			say("FAILED %s", t.Name)
 		}
 	}
-	if c["failed"] > 0 {
-		return res, fmt.Errorf("%s %s: %d %w", o.Proxy, o.Mode, c["failed"], ErrFailures)
+	var errs []error
+	if evidenceErr != nil {
+		say("the proof of which proxy ran fails (evidence.txt):\n%v", evidenceErr)
+		errs = append(errs, fmt.Errorf("%s %s: %w: %w", o.Proxy, o.Mode, ErrEvidence, evidenceErr))
 	}
-	if suiteErr != nil && c["passed"] == 0 {
-		return res, suiteErr
+	switch {
+	case c["failed"] > 0:
+		errs = append(errs, fmt.Errorf("%s %s: %d %w", o.Proxy, o.Mode, c["failed"], ErrFailures))
+	case suiteErr != nil && c["passed"] == 0:
+		errs = append(errs, suiteErr)
+	case c["passed"] == 0 && o.RequirePassed:
+		errs = append(errs, fmt.Errorf("%s %s: no test passed (focus %q)", o.Proxy, o.Mode, r.Focus))
 	}
-	return res, nil
+	return res, errors.Join(errs...)
 }
 
 // runSuite runs ginkgo in the control plane's network namespace (where
@@ -210,47 +245,32 @@ func runGroup(cmd *exec.Cmd) error {
 	return err
 }
 
-// evidence records which proxy programs the nodes: the proxy pods (name,
-// node, image, restarts), that the other proxy has none, and each node's
-// last-sync timestamp metric (read on the node, at 127.0.0.1:10249).
+// evidence reads which proxy programs the nodes: the proxy pods (name,
+// node, image, restarts) of both kinds, and each node's last-sync
+// timestamp metric (read on the node, at 127.0.0.1:10249).
 type evidence struct {
 	st      *cluster.State
 	kubectl string
 }
 
-func (e *evidence) collect(ctx context.Context) string {
-	var b strings.Builder
-	pods, err := exec.CommandContext(ctx, "sh", e.kubectl, "-n", "kube-system", "get", "pods", "-l", "k8s-app in (kproxy,kube-proxy)",
-		"-o", "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,RESTARTS:.status.containerStatuses[0].restartCount,STARTED:.status.startTime").CombinedOutput()
+func (e *evidence) collect(ctx context.Context) Evidence {
+	ev := Evidence{Syncs: map[string][]float64{}}
+	out, err := exec.CommandContext(ctx, "sh", e.kubectl, "-n", "kube-system", "get", "pods", "-l", PodSelector, "-o", PodColumns).Output()
 	if err != nil {
-		fmt.Fprintf(&b, "kubectl get pods: %v\n", err)
+		ev.Problems = append(ev.Problems, fmt.Sprintf("kubectl get pods: %v", err))
+	} else if ev.Pods, err = ParsePods(string(out)); err != nil {
+		ev.Problems = append(ev.Problems, err.Error())
 	}
-	b.Write(pods)
 	for _, n := range e.st.Nodes {
 		ns := e.st.Namespaces[n.Name]
 		out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+ns, "--", "curl", "-s", "--max-time", "5", "http://127.0.0.1:10249/metrics").Output()
 		if err != nil {
-			fmt.Fprintf(&b, "%s: metrics: %v\n", n.Name, err)
+			ev.Problems = append(ev.Problems, fmt.Sprintf("%s: metrics: %v", n.Name, err))
 			continue
 		}
-		found := false
-		for _, m := range MetricLine.FindAllStringSubmatch(string(out), -1) {
-			found = true
-			fmt.Fprintf(&b, "%s: %s_sync_proxy_rules_last_timestamp_seconds%s %s (%s)\n", n.Name, m[1], m[2], m[3], unixTime(m[3]))
-		}
-		if !found {
-			fmt.Fprintf(&b, "%s: no last-sync timestamp in the metrics\n", n.Name)
-		}
+		ev.Syncs[n.Name] = ParseSyncs(string(out))
 	}
-	return b.String()
-}
-
-func unixTime(s string) string {
-	var f float64
-	if _, err := fmt.Sscanf(s, "%g", &f); err != nil || f == 0 {
-		return "never"
-	}
-	return time.Unix(int64(f), 0).UTC().Format(time.RFC3339)
+	return ev
 }
 
 // saveLogs writes each proxy pod's log into dir.

@@ -39,6 +39,8 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", 6*time.Hour, "bound on the suite")
 	flag.StringVar(&o.KproxyImage, "kproxy-image", "", "kproxy's image archive (default: make images')")
 	flag.StringVar(&o.ClusterTool, "cluster-tool", "", "the kproxy-cluster binary (default <repository>/.build/kproxy-cluster, make cluster-tool's)")
+	flag.BoolVar(&o.Down, "down", false, "take the cluster down when the run ends, whatever its result (make test-cluster)")
+	flag.BoolVar(&o.RequirePassed, "require-passed", false, "fail a run in which no test passed")
 	flag.BoolVar(&expectFailures, "expect-failures", false, "succeed only if tests fail (make conformance-fault: a broken kproxy must be caught)")
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -75,6 +77,9 @@ func run(o conformance.Options, cmd string, args []string) error {
 	case "run":
 		res, err := conformance.Execute(ctx, o)
 		if !expectFailures {
+			return err
+		}
+		if errors.Is(err, conformance.ErrEvidence) {
 			return err
 		}
 		if !errors.Is(err, conformance.ErrFailures) {
