@@ -16,22 +16,8 @@ const (
 
 // candidate is one merged endpoint of a service port before selection.
 type candidate struct {
-	ep    proxy.Endpoint
-	hints *hints
-}
-
-func (c *candidate) zoneHints() []string {
-	if c.hints == nil {
-		return nil
-	}
-	return c.hints.zones
-}
-
-func (c *candidate) nodeHints() []string {
-	if c.hints == nil {
-		return nil
-	}
-	return c.hints.nodes
+	ep  proxy.Endpoint
+	loc location
 }
 
 // servicePorts computes the desired state of every port of svc in family fam,
@@ -79,7 +65,7 @@ func servicePorts(svc *svcInfo, sl []*sliceInfo, fam int, node *proxy.Node) []*p
 func slicePortsElsewhere(svc *svcInfo, sl []*sliceInfo, fam int, proto v1.Protocol) []string {
 	var out []string
 	for _, s := range sl {
-		if s.fam != fam || !slices.ContainsFunc(s.eps, func(e sliceEndpoint) bool { return e.ready }) {
+		if s.fam != fam || !slices.ContainsFunc(s.eps, func(e sliceEndpoint) bool { return e.ready() }) {
 			continue
 		}
 		for _, sp := range s.ports {
@@ -121,14 +107,13 @@ func mergeEndpoints(sl []*sliceInfo, fam int, p svcPortInfo, nodeName string) []
 		}
 		for i := range s.eps {
 			e := &s.eps[i]
-			out = append(out, candidate{
-				ep: proxy.Endpoint{
-					IP: e.ip, Port: port, NodeName: e.nodeName, Zone: e.zone,
-					Ready: e.ready, Serving: e.serving, Terminating: e.terminating,
-					Local: nodeName != "" && e.nodeName == nodeName,
-				},
-				hints: e.hints,
-			})
+			loc := e.where.Value()
+			ep := proxy.Endpoint{
+				IP: s.addr(i), Port: port, Where: loc.topo,
+				Ready: e.ready(), Serving: e.serving(), Terminating: e.terminating(),
+			}
+			ep.Local = nodeName != "" && ep.NodeName() == nodeName
+			out = append(out, candidate{ep: ep, loc: loc})
 		}
 	}
 	// Sort by address and port, the better copy of a duplicate first (the
@@ -236,14 +221,14 @@ func topologyMode(cands []candidate, nodeName, zone string) string {
 			continue
 		}
 		anyReady = true
-		if len(c.nodeHints()) == 0 {
+		if c.loc.nodeHints == "" {
 			allNode = false
-		} else if slices.Contains(c.nodeHints(), nodeName) {
+		} else if hasName(c.loc.nodeHints, nodeName) {
 			forNode = true
 		}
-		if len(c.zoneHints()) == 0 {
+		if c.loc.zoneHints == "" {
 			allZone = false
-		} else if zone != "" && slices.Contains(c.zoneHints(), zone) {
+		} else if zone != "" && hasName(c.loc.zoneHints, zone) {
 			forZone = true
 		}
 	}
@@ -261,9 +246,9 @@ func topologyMode(cands []candidate, nodeName, zone string) string {
 func availableForTopology(c *candidate, mode, nodeName, zone string) bool {
 	switch mode {
 	case topologySameNode:
-		return slices.Contains(c.nodeHints(), nodeName)
+		return hasName(c.loc.nodeHints, nodeName)
 	case topologySameZone:
-		return slices.Contains(c.zoneHints(), zone)
+		return hasName(c.loc.zoneHints, zone)
 	}
 	return true
 }

@@ -263,7 +263,7 @@ func TestEndpointConditionsAndPlacementKept(t *testing.T) {
 		t.Fatalf("endpoints %v", p.ClusterEndpoints)
 	}
 	e := p.ClusterEndpoints[0]
-	if e.NodeName != "node1" || e.Zone != "zone-a" || !e.Ready || !e.Serving || e.Terminating || !e.Local {
+	if e.NodeName() != "node1" || e.Zone() != "zone-a" || !e.Ready || !e.Serving || e.Terminating || !e.Local {
 		t.Errorf("endpoint %+v", e)
 	}
 }

@@ -2,15 +2,17 @@ package cache
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
-
-	"net/netip"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kproxy/kproxy/pkg/proxy"
 )
 
 // annotationTriggerTime is set by the EndpointSlice controller to the time of
@@ -24,6 +26,9 @@ type sliceInfo struct {
 	fam     int // family index
 	ports   []slicePort
 	eps     []sliceEndpoint
+	// addrs holds the endpoints' addresses, in the order of eps: 4 bytes
+	// each in an IPv4 slice, 16 in an IPv6 one (addr reads them).
+	addrs []byte
 	// trigger is the last-change-trigger-time annotation (zero when absent).
 	trigger time.Time
 }
@@ -34,16 +39,62 @@ type slicePort struct {
 	protocol v1.Protocol
 }
 
+// sliceEndpoint is one endpoint of a slice in 16 bytes, its address
+// apart (sliceInfo.addrs): a cluster has millions of them, so what
+// endpoints repeat (node, zone, hints) is one shared handle.
 type sliceEndpoint struct {
-	ip                          netip.Addr
-	ready, serving, terminating bool
-	nodeName, zone              string
-	hints                       *hints // nil when the endpoint has none
+	where unique.Handle[location]
+	flags epFlags
 }
 
-// hints are an endpoint's topology hints, sorted.
-type hints struct {
-	zones, nodes []string
+// epFlags are an endpoint's normalized conditions.
+type epFlags uint8
+
+const (
+	epReady epFlags = 1 << iota
+	epServing
+	epTerminating
+)
+
+func (e *sliceEndpoint) ready() bool       { return e.flags&epReady != 0 }
+func (e *sliceEndpoint) serving() bool     { return e.flags&epServing != 0 }
+func (e *sliceEndpoint) terminating() bool { return e.flags&epTerminating != 0 }
+
+// addr is the address of the slice's i-th endpoint.
+func (s *sliceInfo) addr(i int) netip.Addr {
+	if s.fam == 0 {
+		return netip.AddrFrom4([4]byte(s.addrs[4*i:]))
+	}
+	return netip.AddrFrom16([16]byte(s.addrs[16*i:]))
+}
+
+// location is where an endpoint runs and the topology hints it carries.
+type location struct {
+	topo unique.Handle[proxy.Topology]
+	// zoneHints and nodeHints are the hints' names, sorted and joined by
+	// commas ("" when none): zone and node names are DNS labels and
+	// subdomains, which have no comma.
+	zoneHints, nodeHints string
+}
+
+// addrLen is the length of an address of family fam.
+func addrLen(fam int) int {
+	if fam == 0 {
+		return 4
+	}
+	return 16
+}
+
+// hasName reports whether the comma-joined list holds name.
+func hasName(list, name string) bool {
+	for list != "" {
+		var n string
+		n, list, _ = strings.Cut(list, ",")
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // parseSlice reads an EndpointSlice. It returns nil for slices the proxy
@@ -117,6 +168,7 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 		info.ports = append(info.ports, sp)
 	}
 	info.eps = make([]sliceEndpoint, 0, len(es.Endpoints))
+	info.addrs = make([]byte, 0, len(es.Endpoints)*addrLen(info.fam))
 	for i, ep := range es.Endpoints {
 		f := func(sub string) string { return fmt.Sprintf("endpoints[%d].%s", i, sub) }
 		if len(ep.Addresses) == 0 {
@@ -132,31 +184,46 @@ func parseSlice(es *discovery.EndpointSlice) (*sliceInfo, []Problem) {
 			bad(f("addresses[0]"), "%v", err)
 			continue
 		}
-		se := sliceEndpoint{
-			ip:          a,
-			ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
-			serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
-			terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+		var se sliceEndpoint
+		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			se.flags |= epReady
 		}
+		if ep.Conditions.Serving == nil || *ep.Conditions.Serving {
+			se.flags |= epServing
+		}
+		if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+			se.flags |= epTerminating
+		}
+		var node, zone string
 		if ep.NodeName != nil {
-			se.nodeName = *ep.NodeName
+			node = *ep.NodeName
 		}
 		if ep.Zone != nil {
-			se.zone = *ep.Zone
+			zone = *ep.Zone
 		}
+		loc := location{topo: proxy.At(node, zone)}
 		if ep.Hints != nil && len(ep.Hints.ForZones)+len(ep.Hints.ForNodes) > 0 {
-			h := &hints{}
+			zones := make([]string, 0, len(ep.Hints.ForZones))
 			for _, z := range ep.Hints.ForZones {
-				h.zones = append(h.zones, z.Name)
+				zones = append(zones, z.Name)
 			}
+			nodes := make([]string, 0, len(ep.Hints.ForNodes))
 			for _, n := range ep.Hints.ForNodes {
-				h.nodes = append(h.nodes, n.Name)
+				nodes = append(nodes, n.Name)
 			}
-			slices.Sort(h.zones)
-			slices.Sort(h.nodes)
-			se.hints = h
+			slices.Sort(zones)
+			slices.Sort(nodes)
+			loc.zoneHints, loc.nodeHints = strings.Join(zones, ","), strings.Join(nodes, ",")
 		}
+		se.where = unique.Make(loc)
 		info.eps = append(info.eps, se)
+		if a.Is4() {
+			b := a.As4()
+			info.addrs = append(info.addrs, b[:]...)
+		} else {
+			b := a.As16()
+			info.addrs = append(info.addrs, b[:]...)
+		}
 	}
 	return info, problems
 }

@@ -256,7 +256,7 @@ func annotate(ts []Target, sp *proxy.ServicePort) {
 		}
 		for _, ep := range sp.AllReachableEndpoints() {
 			if ep.AddrPort() == ap {
-				ts[i].Node, ts[i].Zone, ts[i].Local, ts[i].Terminating = ep.NodeName, ep.Zone, ep.Local, ep.Terminating
+				ts[i].Node, ts[i].Zone, ts[i].Local, ts[i].Terminating = ep.NodeName(), ep.Zone(), ep.Local, ep.Terminating
 			}
 		}
 	}

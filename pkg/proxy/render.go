@@ -144,11 +144,12 @@ func endpointStrings(eps []Endpoint) []string {
 func EndpointSummary(e Endpoint) string {
 	var b strings.Builder
 	b.WriteString(e.String())
-	if e.NodeName != "" {
-		b.WriteString(" node=" + e.NodeName)
+	t := e.Topology()
+	if t.NodeName != "" {
+		b.WriteString(" node=" + t.NodeName)
 	}
-	if e.Zone != "" {
-		b.WriteString(" zone=" + e.Zone)
+	if t.Zone != "" {
+		b.WriteString(" zone=" + t.Zone)
 	}
 	switch {
 	case e.Ready:

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,14 +50,13 @@ func (n ServicePortName) Less(o ServicePortName) bool {
 }
 
 // Endpoint is one backend of a service port, as selected by the cache.
+// It is 40 bytes: a snapshot holds one per endpoint and service port, so
+// what it repeats (the node and zone) is a shared handle.
 type Endpoint struct {
 	// IP is the endpoint address; always of the family of the view it is in.
 	IP netip.Addr
 	// Port is the resolved target port for this service port.
 	Port int32
-	// NodeName and Zone come from the EndpointSlice ("" when unknown).
-	NodeName string
-	Zone     string
 	// Conditions, normalized: a nil ready condition means ready; serving
 	// defaults to ready when absent; terminating defaults to false.
 	Ready       bool
@@ -64,7 +64,39 @@ type Endpoint struct {
 	Terminating bool
 	// Local is true when the endpoint runs on this node.
 	Local bool
+	// Where is the node and zone of the EndpointSlice (At; the zero handle
+	// when both are unknown). NodeName and Zone read it.
+	Where unique.Handle[Topology]
 }
+
+// Topology is where an endpoint runs, as its EndpointSlice says.
+type Topology struct {
+	NodeName, Zone string
+}
+
+// At returns the shared handle of a node and zone: the zero handle when
+// both are empty, so that endpoints without placement compare equal to
+// Endpoint{} literals.
+func At(nodeName, zone string) unique.Handle[Topology] {
+	if nodeName == "" && zone == "" {
+		return unique.Handle[Topology]{}
+	}
+	return unique.Make(Topology{NodeName: nodeName, Zone: zone})
+}
+
+// Topology returns where the endpoint runs (zero when unknown).
+func (e Endpoint) Topology() Topology {
+	if e.Where == (unique.Handle[Topology]{}) {
+		return Topology{}
+	}
+	return e.Where.Value()
+}
+
+// NodeName is the endpoint's node ("" when unknown).
+func (e Endpoint) NodeName() string { return e.Topology().NodeName }
+
+// Zone is the endpoint's zone ("" when unknown).
+func (e Endpoint) Zone() string { return e.Topology().Zone }
 
 // AddrPort returns the endpoint's address and port.
 func (e Endpoint) AddrPort() netip.AddrPort {

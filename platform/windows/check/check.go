@@ -602,9 +602,9 @@ func checkSnapshot(o *Options, fam v1.IPFamily, n *hns.Network, st *reconcile.St
 	name := func(svc string) proxy.ServicePortName {
 		return proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "kproxy-check-hns", Name: svc}, Port: "http", Protocol: v1.ProtocolTCP}
 	}
-	eps := []proxy.Endpoint{{IP: remoteIP, Port: 8080, Ready: true, Serving: true, NodeName: "other"}}
+	eps := []proxy.Endpoint{{IP: remoteIP, Port: 8080, Ready: true, Serving: true, Where: proxy.At("other", "")}}
 	if local.IsValid() {
-		eps = append(eps, proxy.Endpoint{IP: local, Port: 8080, Ready: true, Serving: true, NodeName: "this", Local: true})
+		eps = append(eps, proxy.Endpoint{IP: local, Port: 8080, Ready: true, Serving: true, Where: proxy.At("this", ""), Local: true})
 	}
 	proxy.SortEndpoints(eps)
 	main := &proxy.ServicePort{

@@ -146,7 +146,7 @@ func port(r *reader, fam v1.IPFamily) *proxy.ServicePort {
 	for n := int(r.byte() % (maxEndpoints + 1)); n > 0; n-- {
 		f := r.byte()
 		eps = append(eps, proxy.Endpoint{
-			IP: r.addr(fam), Port: r.port(), NodeName: r.str(), Zone: r.str(),
+			IP: r.addr(fam), Port: r.port(), Where: proxy.At(r.str(), r.str()),
 			Ready: f&1 != 0, Serving: f&2 != 0, Terminating: f&4 != 0, Local: f&8 != 0,
 		})
 	}

@@ -66,11 +66,11 @@ func Eps(list ...proxy.Endpoint) PortOpt {
 }
 
 func RemoteEP(ip string, port int32) proxy.Endpoint {
-	return proxy.Endpoint{IP: MustAddr(ip), Port: port, Ready: true, Serving: true, NodeName: "other"}
+	return proxy.Endpoint{IP: MustAddr(ip), Port: port, Ready: true, Serving: true, Where: proxy.At("other", "")}
 }
 
 func LocalEP(ip string, port int32) proxy.Endpoint {
-	return proxy.Endpoint{IP: MustAddr(ip), Port: port, Ready: true, Serving: true, NodeName: "node1", Local: true}
+	return proxy.Endpoint{IP: MustAddr(ip), Port: port, Ready: true, Serving: true, Where: proxy.At("node1", ""), Local: true}
 }
 
 func Named(ns, name, port string) PortOpt {
