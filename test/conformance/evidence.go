@@ -33,7 +33,7 @@ type ProxyPod struct {
 // the epoch) read from the proxy's metrics on the node.
 type Evidence struct {
 	Pods  []ProxyPod
-	Syncs map[string][]float64
+	Syncs map[string][]Sync
 	// Problems are what could not be read (kubectl or a node's metrics).
 	Problems []string
 }
@@ -66,12 +66,20 @@ func ParsePods(out string) ([]ProxyPod, error) {
 	return pods, nil
 }
 
+// Sync is one sample of a node's last-sync timestamp metric.
+type Sync struct {
+	// Labels are the sample's, as written ({ip_family="IPv4"}).
+	Labels string
+	// Seconds since the epoch; 0 before the first sync.
+	Seconds float64
+}
+
 // ParseSyncs reads the last-sync timestamp samples of one node's metrics.
-func ParseSyncs(metrics string) []float64 {
-	var out []float64
+func ParseSyncs(metrics string) []Sync {
+	var out []Sync
 	for _, m := range MetricLine.FindAllStringSubmatch(metrics, -1) {
 		if f, err := strconv.ParseFloat(m[3], 64); err == nil {
-			out = append(out, f)
+			out = append(out, Sync{Labels: m[2], Seconds: f})
 		}
 	}
 	return out
@@ -94,7 +102,7 @@ func (e Evidence) String() string {
 			fmt.Fprintf(&b, "%s: no last-sync timestamp in the metrics\n", n)
 		}
 		for _, s := range e.Syncs[n] {
-			fmt.Fprintf(&b, "%s: last sync %.3f (%s)\n", n, s, unixTime(s))
+			fmt.Fprintf(&b, "%s: last sync%s %.3f (%s)\n", n, s.Labels, s.Seconds, unixTime(s.Seconds))
 		}
 	}
 	for _, p := range e.Problems {
@@ -153,7 +161,7 @@ func CheckEvidence(proxy string, nodes []string, before, after Evidence) error {
 		last := func(e Evidence) float64 {
 			m := 0.0
 			for _, s := range e.Syncs[node] {
-				m = max(m, s)
+				m = max(m, s.Seconds)
 			}
 			return m
 		}

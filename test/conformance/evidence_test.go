@@ -36,7 +36,7 @@ func TestParseEvidence(t *testing.T) {
 			t.Errorf("%q read without error", bad)
 		}
 	}
-	if s := ParseSyncs(metricsOut); len(s) != 2 || s[0] != 1.7650728e+09 || s[1] != 0 {
+	if s := ParseSyncs(metricsOut); len(s) != 2 || s[0] != (Sync{`{ip_family="IPv4"}`, 1.7650728e+09}) || s[1] != (Sync{`{ip_family="IPv6"}`, 0}) {
 		t.Errorf("syncs %v", s)
 	}
 }
@@ -44,15 +44,15 @@ func TestParseEvidence(t *testing.T) {
 func TestCheckEvidence(t *testing.T) {
 	pods, _ := ParsePods(podsOut)
 	nodes := []string{"node1", "node2"}
-	before := Evidence{Pods: pods, Syncs: map[string][]float64{"node1": {100, 0}, "node2": {100}}}
-	after := Evidence{Pods: pods, Syncs: map[string][]float64{"node1": {160, 0}, "node2": {150}}}
+	before := Evidence{Pods: pods, Syncs: map[string][]Sync{"node1": {{`{ip_family="IPv4"}`, 100}, {`{ip_family="IPv6"}`, 0}}, "node2": {{Seconds: 100}}}}
+	after := Evidence{Pods: pods, Syncs: map[string][]Sync{"node1": {{`{ip_family="IPv4"}`, 160}, {`{ip_family="IPv6"}`, 0}}, "node2": {{Seconds: 150}}}}
 	if err := CheckEvidence("kproxy", nodes, before, after); err != nil {
 		t.Fatalf("a good run: %v", err)
 	}
 	with := func(e Evidence, edit func(*Evidence)) Evidence {
-		c := Evidence{Pods: append([]ProxyPod(nil), e.Pods...), Syncs: map[string][]float64{}, Problems: e.Problems}
+		c := Evidence{Pods: append([]ProxyPod(nil), e.Pods...), Syncs: map[string][]Sync{}, Problems: e.Problems}
 		for n, s := range e.Syncs {
-			c.Syncs[n] = append([]float64(nil), s...)
+			c.Syncs[n] = append([]Sync(nil), s...)
 		}
 		edit(&c)
 		return c
@@ -69,8 +69,8 @@ func TestCheckEvidence(t *testing.T) {
 		"a node without proxy":       {"kproxy", with(before, func(e *Evidence) { e.Pods = e.Pods[:1] }), after, "node1: 0 kproxy pods before the suite and 1 after"},
 		"restarted during the suite": {"kproxy", before, with(after, func(e *Evidence) { e.Pods[0].Restarts = 1 }), "node2: kproxy pod kproxy-4xkzq (restarts 0) before the suite"},
 		"replaced during the suite":  {"kproxy", before, with(after, func(e *Evidence) { e.Pods[1].Name = "kproxy-new" }), "node1: kproxy pod kproxy-b9rvd"},
-		"no sync during the suite":   {"kproxy", before, with(after, func(e *Evidence) { e.Syncs["node2"] = []float64{100} }), "node2: the proxy's last sync did not move"},
-		"never synced":               {"kproxy", with(before, func(e *Evidence) { e.Syncs["node1"] = nil }), with(after, func(e *Evidence) { e.Syncs["node1"] = []float64{0} }), "node1: the proxy's last sync did not move during the suite (never before, never after)"},
+		"no sync during the suite":   {"kproxy", before, with(after, func(e *Evidence) { e.Syncs["node2"] = []Sync{{Seconds: 100}} }), "node2: the proxy's last sync did not move"},
+		"never synced":               {"kproxy", with(before, func(e *Evidence) { e.Syncs["node1"] = nil }), with(after, func(e *Evidence) { e.Syncs["node1"] = []Sync{{Seconds: 0}} }), "node1: the proxy's last sync did not move during the suite (never before, never after)"},
 		"metrics unreadable":         {"kproxy", before, with(after, func(e *Evidence) { e.Problems = []string{"node1: metrics: exit status 7"} }), "after the suite: node1: metrics: exit status 7"},
 	} {
 		err := CheckEvidence(tc.proxy, nodes, tc.before, tc.after)
@@ -78,7 +78,7 @@ func TestCheckEvidence(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
 		}
 	}
-	if s := after.String(); !strings.Contains(s, "kproxy-b9rvd") || !strings.Contains(s, "node1: last sync 160.000 (1970-01-01T00:02:40Z)") {
+	if s := after.String(); !strings.Contains(s, "kproxy-b9rvd") || !strings.Contains(s, "node1: last sync{ip_family=\"IPv4\"} 160.000 (1970-01-01T00:02:40Z)") {
 		t.Errorf("evidence text:\n%s", s)
 	}
 }

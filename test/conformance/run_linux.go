@@ -254,7 +254,7 @@ type evidence struct {
 }
 
 func (e *evidence) collect(ctx context.Context) Evidence {
-	ev := Evidence{Syncs: map[string][]float64{}}
+	ev := Evidence{Syncs: map[string][]Sync{}}
 	out, err := exec.CommandContext(ctx, "sh", e.kubectl, "-n", "kube-system", "get", "pods", "-l", PodSelector, "-o", PodColumns).Output()
 	if err != nil {
 		ev.Problems = append(ev.Problems, fmt.Sprintf("kubectl get pods: %v", err))
