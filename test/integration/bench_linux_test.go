@@ -42,6 +42,7 @@ var (
 	benchChanges         = flag.Int("cluster-bench-changes", 5, "one-endpoint changes measured, each once kproxy is idle (median and p99 reported)")
 	benchWriters         = flag.Int("cluster-bench-writers", 16, "parallel client-go writers loading the Services")
 	benchProfiles        = flag.String("cluster-bench-profiles", "", "directory for kproxy's heap profiles (after programming, at the end); empty: none")
+	benchStartCPU        = flag.Duration("cluster-bench-start-cpu", 3*time.Second, "with -cluster-bench-profiles: the length of the proxy's CPU profile of its start, taken from the first moment its metrics server answers (at most 4s)")
 	benchLoader          = flag.String("cluster-bench-loader", "api", "how the Services are loaded: api (client-go writers) or etcd (put into storage, for 50,000 and more; see loadStorage)")
 )
 
@@ -369,6 +370,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	}
 	b.Cleanup(func() { _ = p.Stop(30 * time.Second) })
 	pid := p.Process().Pid()
+	startProfiled := w.saveStartCPUProfile(ctx, host, flavour)
 
 	// Start → programmed: wait for a sync after which iptables-save holds
 	// every Service; its end is kproxy's last-sync timestamp.
@@ -431,6 +433,7 @@ func (w *benchWorld) measure(ctx context.Context, host, flavour string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	startProfiled()
 	w.saveHeapProfile(ctx, host, flavour, "programmed")
 	m, _ := w.Scrape(ctx, host)
 	_, firstSync := m.Histogram("kubeproxy_sync_full_proxy_rules_duration_seconds", "ip_family", "IPv4")
@@ -658,6 +661,41 @@ func (w *benchWorld) saveHeapProfile(ctx context.Context, host, flavour, stage s
 		return
 	}
 	w.b.Logf("heap profile %s: %s", stage, name)
+}
+
+// saveStartCPUProfile profiles the proxy's start on host, in
+// -cluster-bench-profiles when given: from the first moment its metrics
+// server answers (asked every 10 ms), a CPU profile of
+// -cluster-bench-start-cpu. The returned function waits for it.
+func (w *benchWorld) saveStartCPUProfile(ctx context.Context, host, flavour string) (wait func()) {
+	if *benchProfiles == "" {
+		return func() {}
+	}
+	secs := int(min(max(*benchStartCPU, time.Second), 4*time.Second) / time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", MetricsAddr, secs)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			code, body, err := w.Get(ctx, host, url)
+			if err != nil {
+				continue // not serving yet
+			}
+			if code != http.StatusOK {
+				w.b.Errorf("start CPU profile: status %d: %s", code, body)
+				return
+			}
+			name := filepath.Join(*benchProfiles, fmt.Sprintf("cpu-%d-%s-start.pb.gz", w.n, flavour))
+			if err := os.WriteFile(name, body, 0o644); err != nil {
+				w.b.Errorf("start CPU profile: %v", err)
+				return
+			}
+			w.b.Logf("CPU profile of the first %d s: %s", secs, name)
+			return
+		}
+		w.b.Errorf("start CPU profile: the metrics server never answered")
+	}()
+	return func() { <-done }
 }
 
 // awaitIdle waits until kproxy on host has no pending change and has not
