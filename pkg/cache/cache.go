@@ -447,8 +447,26 @@ func (c *Cache) recomputeLocked(gen uint64) bool {
 			any = true
 		}
 	}
-	clear(c.dirty)
+	c.dirty = emptied(c.dirty, len(c.dirty))
 	return any
+}
+
+// bigMap is the size past which a map emptied is replaced rather than
+// cleared. A Go map keeps the capacity it grew to, and ranging over it
+// costs that capacity, not its length: the dirty and changed sets reach
+// every Service at the start, so ranging over them, empty or nearly, at
+// every later sync would cost O(Services).
+const bigMap = 1024
+
+// emptied returns m emptied: cleared when it held at most bigMap entries
+// (had is how many it held before it was emptied or was about to be),
+// else a new map.
+func emptied[K comparable, V any](m map[K]V, had int) map[K]V {
+	if had > bigMap {
+		return map[K]V{}
+	}
+	clear(m)
+	return m
 }
 
 // applyLocked replaces the ports of one Service, keeping unchanged pointers.
@@ -518,10 +536,14 @@ func (c *Cache) Ack(snap *proxy.Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := snap.Generation
+	had := len(c.changed)
 	for name, cg := range c.changed {
 		if cg <= g {
 			delete(c.changed, name)
 		}
+	}
+	if len(c.changed) == 0 {
+		c.changed = emptied(c.changed, had)
 	}
 	if c.nodeChanged != 0 && c.nodeChanged <= g {
 		c.nodeChanged = 0
