@@ -95,3 +95,25 @@ func BenchmarkRecordHeap10k(b *testing.B) {
 	}
 	runtime.KeepAlive(ports)
 }
+
+// BenchmarkFullSync10k: what a full sync of 10,000 Services × 10
+// endpoints costs before the kernel, as System.Run does it: the render,
+// the nft -f text of the chains and rules (Split's pre and post) and the
+// elements encoded as one netlink batch (BenchmarkRenderFull10k renders
+// the elements as text too, which a sync over netlink never does).
+func BenchmarkFullSync10k(b *testing.B) {
+	rd := nfttest.Renderer(b, nfttest.Config())
+	_, ports := benchPorts(b, 10000, 10)
+	b.ReportAllocs()
+	for b.Loop() {
+		plan, _ := rd.Render(nftables.Input{Full: true, Ports: ports, Node: nfttest.Node}, nil)
+		pre, bulk, post, ok := plan.Tx.Split()
+		if !ok {
+			b.Fatal("the full render does not split")
+		}
+		_, _ = pre.Bytes(), post.Bytes()
+		if _, err := nftables.EncodeBatch(plan.Tx.Family(), bulk, 1, nftables.MaxBulkElems); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

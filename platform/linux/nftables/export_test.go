@@ -1,0 +1,7 @@
+package nftables
+
+// Internals for the external test package's benchmarks.
+var (
+	EncodeBatch  = encodeBatch
+	MaxBulkElems = maxBulkElems
+)
