@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -245,6 +246,21 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	if addr, ok := o.HealthzBindAddress(); ok {
 		srv.start(ctx, "healthz", addr.String(), health.Handler(m.Served))
 	}
+	// The backends are created while the initial lists come: creating
+	// them reads the kernel's state and opens sockets (some 50 ms at
+	// 10,000 Services), nothing that needs the lists, and programs nothing
+	// before the first sync. They are awaited on every path out.
+	type created struct {
+		backends Backends
+		err      error
+	}
+	creating := make(chan created, 1)
+	go func() {
+		b, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Metrics: m, Logger: logger})
+		creating <- created{b, err}
+	}()
+	awaitBackends := sync.OnceValues(func() (Backends, error) { r := <-creating; return r.backends, r.err })
+	defer func() { _, _ = awaitBackends() }()
 	if err := waitSynced(ctx, c, srcErr, srv.fatal); err != nil {
 		return err
 	}
@@ -263,7 +279,7 @@ func RunWith(ctx context.Context, o *config.Options, d Deps) error {
 	}
 	rep := newReporter(logger, recorder, o.NodeName, uids)
 	warn.Store(rep)
-	backends, err := mode.NewBackend(ctx, o, Env{NodeName: o.NodeName, Metrics: m, Logger: logger})
+	backends, err := awaitBackends()
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", name, err)
 	}
