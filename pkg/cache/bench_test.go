@@ -34,11 +34,9 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-// held is the heap a cache holds (its parsed objects and the published
-// snapshot) for n Services × e endpoints.
-func held(n, e int) uint64 {
-	svcs, sls := cluster(n, e)
-	before := heapInUse()
+// loaded returns a cache that took svcs and sls and published (and had
+// acknowledged) its first snapshot.
+func loaded(svcs []*v1.Service, sls []*discovery.EndpointSlice) *Cache {
 	c := New(Options{NodeName: "node1", Logger: ptr(discardLogger())})
 	for _, s := range svcs {
 		c.OnService(nil, s)
@@ -48,6 +46,15 @@ func held(n, e int) uint64 {
 	}
 	snap, _ := c.Snapshot()
 	c.Ack(snap)
+	return c
+}
+
+// held is the heap a cache holds (its parsed objects and the published
+// snapshot) for n Services × e endpoints.
+func held(n, e int) uint64 {
+	svcs, sls := cluster(n, e)
+	before := heapInUse()
+	c := loaded(svcs, sls)
 	h := heapInUse() - before
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(svcs) // the informers' objects are not the cache's
@@ -86,15 +93,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			svcs, sls := cluster(n, 10)
-			c := New(Options{NodeName: "node1", Logger: ptr(discardLogger())})
-			for _, s := range svcs {
-				c.OnService(nil, s)
-			}
-			for _, s := range sls {
-				c.OnEndpointSlice(nil, s)
-			}
-			snap, _ := c.Snapshot()
-			c.Ack(snap)
+			c := loaded(svcs, sls)
 			old := sls[n/2]
 			alt := old.DeepCopy()
 			alt.Endpoints = alt.Endpoints[1:]
